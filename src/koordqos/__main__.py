@@ -1,0 +1,5 @@
+"""Entry point for `python -m koordqos`."""
+
+from koordqos.cli import main
+
+raise SystemExit(main())

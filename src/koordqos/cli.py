@@ -1,0 +1,88 @@
+"""Command line: `koordqos run | version | config validate FILE`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+
+from koordqos import __version__
+from koordqos.config import add_flags, build_config, load_config, read_config_file
+from koordqos.errors import ConfigError, KoordQoSError, ModelError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad usage as one line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full CLI parser (also used by tests to check the Helm chart's args)."""
+    parser = _Parser(prog="koordqos", description="koordqos node agent")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
+    run = sub.add_parser("run", help="run the agent")
+    add_flags(run)
+    sub.add_parser("version", help="print the version")
+    cfg = sub.add_parser("config", help="configuration tools")
+    cfg_sub = cfg.add_subparsers(dest="config_command", parser_class=_Parser, required=True)
+    val = cfg_sub.add_parser("validate", help="validate a NodeSLO or agent config file")
+    val.add_argument("file", type=Path)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "version":
+            print(f"koordqos {__version__}")
+            return 0
+        if args.command == "config":
+            return validate_file(args.file)
+        return run_agent(args)
+    except KoordQoSError as exc:
+        print(f"koordqos: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def validate_file(path: Path) -> int:
+    """Validate a NodeSLO (kind: NodeSLO) or AgentConfig file; print `ok` or precise errors."""
+    from koordqos.model.nodeslo import parse_nodeslo
+
+    tree: Any = read_config_file(path)
+    if tree.get("kind") == "NodeSLO" or "resourceUsedThresholdWithBE" in tree or "spec" in tree:
+        try:
+            parse_nodeslo(tree)
+        except (ModelError, ConfigError) as exc:
+            raise ConfigError(f"{path}: invalid NodeSLO: {exc}") from None
+        print(f"{path}: valid NodeSLO")
+        return 0
+    try:
+        build_config(tree)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: invalid agent config: {exc}") from None
+    print(f"{path}: valid agent config")
+    return 0
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    """Load config, set up logging, run the agent until SIGTERM/SIGINT."""
+    from koordqos.agent import Agent
+    from koordqos.logging import configure_logging
+
+    cfg = load_config(args)
+    configure_logging(cfg.log.format, cfg.log.level)
+    agent = Agent(cfg)
+    agent.build()
+    asyncio.run(agent.run())
+    return 0
+
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,317 @@
+"""AgentConfig: typed settings grouped by concern, from flags, KOORDQOS_* env and an optional file."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from koordqos.errors import ConfigError
+from koordqos.features import parse_feature_gates
+
+FailurePolicy = Literal["Ignore", "Fail"]
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostPaths(_Group):
+    """Where the node's kernel interfaces are mounted (a synthetic directory in tests)."""
+
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    proc_root: Path = Path("/proc")
+    sys_root: Path = Path("/sys")
+
+
+class KubeSettings(_Group):
+    """How the agent finds the cluster, or runs without one."""
+
+    node_name: str = ""
+    kubeconfig: str | None = None
+    nodeslo_file: Path | None = None
+    resync_seconds: float = Field(300.0, gt=0)
+    watch_timeout_seconds: float = Field(240.0, gt=0)
+    read_timeout_seconds: float = Field(330.0, gt=0)
+    eviction_qps: float = Field(5.0, gt=0)
+
+
+class NRISettings(_Group):
+    """The NRI plugin: socket, registration and reconnect."""
+
+    enabled: bool = True
+    socket: Path = Path("/var/run/nri/nri.sock")
+    plugin_name: str = "koordqos"
+    plugin_index: str = "00"
+    connect_timeout_seconds: float = Field(6.0, gt=0)
+    backoff_seconds: float = Field(1.0, gt=0)
+    backoff_cap_seconds: float = Field(30.0, gt=0)
+
+    @field_validator("plugin_index")
+    @classmethod
+    def _two_digits(cls, v: str) -> str:
+        if not re.fullmatch(r"[0-9]{2}", v):
+            raise ValueError("must be exactly two digits, e.g. 00")
+        return v
+
+    @field_validator("plugin_name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
+            raise ValueError("may contain only letters, digits, '_', '.' and '-'")
+        return v
+
+
+class HookSettings(_Group):
+    """Runtime hooks (NRI and proxy) and their reconciler."""
+
+    failure_policy: FailurePolicy = "Ignore"
+    reconcile_interval_seconds: float = Field(10.0, gt=0)
+    proxy_enabled: bool = False
+    proxy_addr: Path = Path("/var/run/koordlet/koordlet.sock")
+    proxy_config_path: Path = Path("/etc/runtime/hookserver.d")
+    disable_unset_cpu_quota: bool = False
+
+
+class QoSSettings(_Group):
+    """QoS manager strategy intervals and cool-downs (koordlet's flags and defaults)."""
+
+    reconcile_interval_seconds: float = 1.0
+    cpu_suppress_interval_seconds: float = 1.0
+    cpu_evict_interval_seconds: float = 1.0
+    memory_evict_interval_seconds: float = 1.0
+    memory_evict_cool_time_seconds: float = 4.0
+    cpu_evict_cool_time_seconds: float = 20.0
+
+
+class MetricsSettings(_Group):
+    """Metrics collection and retention."""
+
+    collect_interval_seconds: float = Field(1.0, gt=0)
+    retention_seconds: float = Field(600.0, gt=0)
+
+
+class ExecutorSettings(_Group):
+    """The cgroup executor."""
+
+    resource_force_update_seconds: float = Field(60.0, ge=0)
+
+
+class ServerSettings(_Group):
+    """HTTP endpoints."""
+
+    http_addr: str = "0.0.0.0:9316"
+    debug_endpoints: bool = False
+
+    @field_validator("http_addr")
+    @classmethod
+    def _addr(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be HOST:PORT, e.g. 0.0.0.0:9316")
+        del host
+        return v
+
+
+class LogSettings(_Group):
+    """Logging."""
+
+    format: Literal["json", "console", "auto"] = "auto"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class AgentConfig(_Group):
+    """Every setting of the agent, grouped by concern."""
+
+    paths: HostPaths = HostPaths()
+    kube: KubeSettings = KubeSettings()
+    nri: NRISettings = NRISettings()
+    hooks: HookSettings = HookSettings()
+    qos: QoSSettings = QoSSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    executor: ExecutorSettings = ExecutorSettings()
+    server: ServerSettings = ServerSettings()
+    log: LogSettings = LogSettings()
+    feature_gates: dict[str, bool] = Field(default_factory=lambda: parse_feature_gates(None))
+    dry_run: bool = False
+    shutdown_timeout_seconds: float = Field(5.0, gt=0)
+
+    @field_validator("feature_gates", mode="before")
+    @classmethod
+    def _gates(cls, v: Any) -> dict[str, bool]:
+        try:
+            return parse_feature_gates(v)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+
+    def gate(self, name: str) -> bool:
+        """Whether feature gate `name` is on."""
+        return self.feature_gates.get(name, False)
+
+    @property
+    def node_name(self) -> str:
+        """This node's name (resolved: flag, then NODE_NAME, then hostname)."""
+        return self.kube.node_name
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One command-line flag bound to a dotted AgentConfig field."""
+
+    name: str
+    target: str
+    help: str
+    kind: type = str
+    choices: Sequence[str] | None = None
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("config", "", "YAML file with AgentConfig groups (flags and env override it)"),
+    Flag("node-name", "kube.node_name", "node name (default: env NODE_NAME, else the hostname)"),
+    Flag("kubeconfig", "kube.kubeconfig", "kubeconfig file; without one (and outside a cluster) local mode"),
+    Flag("nodeslo-file", "kube.nodeslo_file", "local mode: NodeSLO YAML/JSON file, watched for changes"),
+    Flag("kube-resync-seconds", "kube.resync_seconds", "periodic full re-list of watched objects", float),
+    Flag("eviction-qps", "kube.eviction_qps", "maximum evictions per second", float),
+    Flag("cgroup-root", "paths.cgroup_root", "cgroup filesystem root"),
+    Flag("proc-root", "paths.proc_root", "procfs root"),
+    Flag("sys-root", "paths.sys_root", "sysfs root"),
+    Flag("nri-socket", "nri.socket", "NRI runtime socket"),
+    Flag("enable-nri", "nri.enabled", "serve runtime hooks over NRI", bool),
+    Flag("nri-plugin-name", "nri.plugin_name", "NRI plugin name"),
+    Flag("nri-plugin-index", "nri.plugin_index", "NRI plugin index (two digits)"),
+    Flag("nri-backoff-cap-seconds", "nri.backoff_cap_seconds", "maximum NRI reconnect backoff", float),
+    Flag("runtime-hooks-failure-policy", "hooks.failure_policy", "hook failure policy", str, ("Ignore", "Fail")),
+    Flag("runtime-hooks-reconcile-interval", "hooks.reconcile_interval_seconds",
+         "reconciler period in seconds", float),
+    Flag("enable-runtime-hooks-proxy", "hooks.proxy_enabled", "serve the koord-runtime-proxy hook service", bool),
+    Flag("runtime-hooks-addr", "hooks.proxy_addr", "unix socket of the RuntimeHookService"),
+    Flag("runtime-hooks-config-path", "hooks.proxy_config_path", "directory of the runtime-proxy registration file"),
+    Flag("disable-unset-cpu-quota", "hooks.disable_unset_cpu_quota", "never write cfs_quota=-1 for cpuset pods", bool),
+    Flag("reconcile-interval-seconds", "qos.reconcile_interval_seconds", "reconcile strategies period", float),
+    Flag("cpu-suppress-interval-seconds", "qos.cpu_suppress_interval_seconds", "CPU suppress period", float),
+    Flag("cpu-evict-interval-seconds", "qos.cpu_evict_interval_seconds", "CPU evict period", float),
+    Flag("memory-evict-interval-seconds", "qos.memory_evict_interval_seconds", "memory evict period", float),
+    Flag("memory-evict-cool-time-seconds", "qos.memory_evict_cool_time_seconds", "memory evict cool-down", float),
+    Flag("cpu-evict-cool-time-seconds", "qos.cpu_evict_cool_time_seconds", "CPU evict cool-down", float),
+    Flag("collect-interval", "metrics.collect_interval_seconds", "metrics collection period in seconds", float),
+    Flag("metrics-retention-seconds", "metrics.retention_seconds", "metrics history kept in memory", float),
+    Flag("resource-force-update-seconds", "executor.resource_force_update_seconds",
+         "rewrite cached unchanged cgroup values after this many seconds", float),
+    Flag("http-addr", "server.http_addr", "HOST:PORT for /healthz /readyz /metrics"),
+    Flag("debug-endpoints", "server.debug_endpoints", "serve /debug/state and /debug/decisions", bool),
+    Flag("log-format", "log.format", "log format (auto: console on a TTY, else json)", str,
+         ("json", "console", "auto")),
+    Flag("log-level", "log.level", "log level", str, ("debug", "info", "warning", "error")),
+    Flag("feature-gates", "feature_gates", "feature gates, e.g. BECPUEvict=true,CPUBurst=false"),
+    Flag("dry-run", "dry_run", "record decisions, change nothing", bool),
+    Flag("shutdown-timeout-seconds", "shutdown_timeout_seconds", "graceful stop timeout", float),
+)
+
+
+def env_name(flag: Flag) -> str:
+    """The environment variable that sets `flag`."""
+    return "KOORDQOS_" + flag.name.upper().replace("-", "_")
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Add every AgentConfig flag to `parser` (values default to None: unset)."""
+    for flag in FLAGS:
+        opt = "--" + flag.name
+        helptext = f"{flag.help} [env {env_name(flag)}]"
+        if flag.kind is bool:
+            parser.add_argument(opt, dest=_dest(flag), nargs="?", const="true", default=None,
+                                metavar="BOOL", help=helptext)
+        else:
+            parser.add_argument(opt, dest=_dest(flag), default=None, choices=flag.choices, help=helptext)
+
+
+def _dest(flag: Flag) -> str:
+    return "opt_" + flag.name.replace("-", "_")
+
+
+def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
+def load_config(
+    args: argparse.Namespace | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AgentConfig:
+    """Build AgentConfig from defaults < config file < env < flags; raise ConfigError with one clear line."""
+    env = os.environ if env is None else env
+    values: dict[str, str] = {}
+    for flag in FLAGS:
+        if env_name(flag) in env:
+            values[flag.name] = env[env_name(flag)]
+        if args is not None and getattr(args, _dest(flag), None) is not None:
+            values[flag.name] = getattr(args, _dest(flag))
+    tree: dict[str, Any] = {}
+    cfg_file = values.pop("config", None)
+    if cfg_file:
+        tree = read_config_file(Path(cfg_file))
+    for flag in FLAGS:
+        if flag.name in values:
+            raw = values[flag.name]
+            _set(tree, flag.target, _coerce(flag, raw))
+    kube = tree.setdefault("kube", {})
+    if not kube.get("node_name"):
+        kube["node_name"] = env.get("NODE_NAME") or socket.gethostname()
+    return build_config(tree)
+
+
+def _coerce(flag: Flag, raw: str) -> Any:
+    if flag.kind is bool:
+        low = str(raw).lower()
+        if low in ("true", "1", "yes", "on"):
+            return True
+        if low in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"--{flag.name}: invalid boolean {raw!r}")
+    return raw
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Read an AgentConfig YAML file into a plain tree."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def build_config(tree: Mapping[str, Any]) -> AgentConfig:
+    """Validate a tree into AgentConfig, raising ConfigError naming the first bad field."""
+    try:
+        return AgentConfig.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc)) from None
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per problem: `field.path: message (got value)`."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        msg = err["msg"].removeprefix("Value error, ")
+        inp = err.get("input")
+        got = "" if isinstance(inp, dict | list) else f" (got {inp!r})"
+        lines.append(f"{loc}: {msg}{got}")
+    return "; ".join(lines)

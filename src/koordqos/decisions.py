@@ -1,0 +1,77 @@
+"""DecisionLog: every action `{time, strategy, target, action, old, new, reason, dry_run}`, bounded."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import structlog
+
+from koordqos import observability as obs
+
+log = structlog.get_logger("koordqos.decision")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One action taken, or that would have been taken in dry-run."""
+
+    time: float
+    strategy: str
+    target: str
+    action: str
+    old: Any = None
+    new: Any = None
+    reason: str = ""
+    dry_run: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return asdict(self)
+
+
+class DecisionLog:
+    """Bounded ring buffer of decisions; each one is also counted and logged."""
+
+    def __init__(self, size: int = 4096, dry_run: bool = False, log_level: str = "info") -> None:
+        self._ring: deque[Decision] = deque(maxlen=size)
+        self.dry_run = dry_run
+        self._log_level = log_level
+        self.total = 0
+
+    def record(
+        self,
+        strategy: str,
+        target: str,
+        action: str,
+        old: Any = None,
+        new: Any = None,
+        reason: str = "",
+        *,
+        dry_run: bool | None = None,
+        quiet: bool = False,
+    ) -> Decision:
+        """Record one decision; `quiet` skips the info log line (high-volume no-op decisions)."""
+        d = Decision(time.time(), strategy, target, action, old, new, reason,
+                     self.dry_run if dry_run is None else dry_run)
+        self._ring.append(d)
+        self.total += 1
+        obs.DECISIONS.labels(strategy, action, str(d.dry_run).lower()).inc()
+        if not quiet:
+            log.info("decision", strategy=strategy, target=target, action=action, old=old, new=new,
+                     reason=reason, dry_run=d.dry_run)
+        return d
+
+    def recent(self, limit: int | None = None, strategy: str | None = None) -> list[Decision]:
+        """Newest-last decisions, optionally filtered by strategy."""
+        items: Iterable[Decision] = self._ring
+        if strategy:
+            items = [d for d in items if d.strategy == strategy]
+        out = list(items)
+        return out[-limit:] if limit else out
+
+    def __len__(self) -> int:
+        return len(self._ring)

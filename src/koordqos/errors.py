@@ -1,0 +1,37 @@
+"""The one exception tree of koordqos: each I/O boundary raises its own subclass."""
+
+
+class KoordQoSError(Exception):
+    """Base of every error koordqos raises on purpose."""
+
+
+class ConfigError(KoordQoSError):
+    """Invalid flags, environment, feature gates or configuration files."""
+
+
+class ProtocolError(KoordQoSError):
+    """Malformed bytes or messages on a wire protocol (ttrpc, NRI mux, watch stream)."""
+
+
+class TimeoutException(KoordQoSError):
+    """An operation overran its deadline."""
+
+
+class CgroupError(KoordQoSError):
+    """A cgroup path or value that cannot be used (confinement violation, invalid value, I/O)."""
+
+
+class PathEscapeError(CgroupError):
+    """A path built from pod data would resolve outside the cgroup root."""
+
+
+class KubeError(KoordQoSError):
+    """Kubernetes API failures that are not retried transparently."""
+
+
+class HookError(KoordQoSError):
+    """A runtime hook failed; under the Fail policy the runtime call fails with it."""
+
+
+class ModelError(KoordQoSError):
+    """Pod, node or NodeSLO data that does not fit the model."""

@@ -1,0 +1,278 @@
+"""EventBus: publish (per-subscriber queues, tick coalescing, no loss) and request (ordered hooks, deadline).
+
+Delivery contract:
+* `publish(event)` reduces the event into NodeState first, then hands `(event, state)` to every subscriber
+  of that event type. Each subscriber has its own queue and task, so a slow one never delays another.
+  Events whose class sets `coalesce = True` (metric ticks) replace an undelivered one of the same type in
+  that subscriber's queue, moving to the tail, so per-subscriber order is kept and ticks never pile up.
+  Other events are never dropped: when a queue holds `queue_size` of them, `publish` waits for room
+  (`publish_nowait` exceeds the bound instead, and counts it).
+* `request(event, deadline)` runs the hooks registered for the event's type sequentially, in (order, name)
+  order, on the same event object (each hook reads what earlier ones wrote and adds its own fields). A hook
+  that raises is skipped under `Ignore` and fails the request under `Fail`; the whole run is bounded by
+  `deadline`, after which the request returns what the completed hooks contributed (`Ignore`) or fails
+  (`Fail`). The caller always gets an answer before the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import structlog
+
+from koordqos import observability as obs
+from koordqos.errors import HookError, TimeoutException
+from koordqos.events.types import Event, RequestEvent
+from koordqos.state import NodeState, reduce
+
+log = structlog.get_logger("koordqos.bus")
+
+FailurePolicy = Literal["Ignore", "Fail"]
+Handler = Callable[[Any, NodeState], Awaitable[None] | None]
+Reducer = Callable[[NodeState, Event], NodeState]
+R = TypeVar("R", bound=RequestEvent)
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One subscriber: a queue of (event, state) and the task that drains it."""
+
+    name: str
+    types: tuple[type[Event], ...]
+    handler: Handler
+    queue_size: int
+    queue: deque[tuple[Event, NodeState]] = field(default_factory=deque)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+    handled: int = 0
+    failed: int = 0
+    busy: bool = False
+
+    def offer(self, event: Event, state: NodeState) -> bool:
+        """Enqueue; returns False when a non-coalescing event found the queue full (it is still queued)."""
+        if event.coalesce:
+            for i, (queued, _) in enumerate(self.queue):
+                if type(queued) is type(event):
+                    del self.queue[i]
+                    obs.BUS_COALESCED.labels(self.name).inc()
+                    break
+        self.queue.append((event, state))
+        self.wakeup.set()
+        return event.coalesce or len(self.queue) <= self.queue_size
+
+    def full(self) -> bool:
+        """Whether the queue holds `queue_size` events or more."""
+        return len(self.queue) >= self.queue_size
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing being handled."""
+        return not self.queue and not self.busy
+
+
+@dataclass(frozen=True)
+class _Hook:
+    order: int
+    name: str
+    handler: Handler
+
+
+@dataclass
+class RequestResult:
+    """What a request produced: the event with the hooks' contributions, and what went wrong."""
+
+    event: Any
+    errors: dict[str, str] = field(default_factory=dict)
+    timed_out: bool = False
+    ran: list[str] = field(default_factory=list)
+
+
+class EventBus:
+    """Carries events from sources to subscribers and lifecycle requests to hooks."""
+
+    def __init__(
+        self,
+        state: NodeState | None = None,
+        reducer: Reducer = reduce,
+        queue_size: int = 1024,
+    ) -> None:
+        self._state = state if state is not None else NodeState()
+        self._reducer = reducer
+        self._queue_size = queue_size
+        self._subs: list[Subscription] = []
+        self._by_type: dict[type[Event], list[Subscription]] = {}
+        self._hooks: dict[type[RequestEvent], list[_Hook]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._running = False
+
+    @property
+    def state(self) -> NodeState:
+        """The newest NodeState."""
+        return self._state
+
+    @property
+    def subscriptions(self) -> tuple[Subscription, ...]:
+        """All subscriptions, in registration order."""
+        return tuple(self._subs)
+
+    def subscribe(
+        self,
+        name: str,
+        handler: Handler,
+        *types: type[Event],
+        queue_size: int | None = None,
+    ) -> Subscription:
+        """Deliver events of `types` (and their subclasses) to `handler(event, state)` on its own task."""
+        if any(s.name == name for s in self._subs):
+            raise ValueError(f"subscriber {name!r} already registered")
+        sub = Subscription(name, types or (Event,), handler, queue_size or self._queue_size)
+        sub.room.set()
+        self._subs.append(sub)
+        self._by_type.clear()
+        if self._running:
+            self._start(sub)
+        return sub
+
+    def _targets(self, etype: type[Event]) -> list[Subscription]:
+        subs = self._by_type.get(etype)
+        if subs is None:
+            subs = [s for s in self._subs if issubclass(etype, s.types)]
+            self._by_type[etype] = subs
+        return subs
+
+    def _apply(self, event: Event) -> list[Subscription]:
+        self._state = self._reducer(self._state, event)
+        obs.BUS_EVENTS.labels(type(event).__name__).inc()
+        return self._targets(type(event))
+
+    async def publish(self, event: Event) -> None:
+        """Reduce `event` into the state and queue it for its subscribers, waiting while a queue is full."""
+        for sub in self._apply(event):
+            while not event.coalesce and sub.full():
+                obs.BUS_BACKPRESSURE.labels(sub.name).inc()
+                sub.room.clear()
+                await sub.room.wait()
+            sub.offer(event, self._state)
+
+    def publish_nowait(self, event: Event) -> None:
+        """Like `publish` but never waits: a full queue grows past its bound (counted)."""
+        state = None
+        for sub in self._apply(event):
+            state = state or self._state
+            if not sub.offer(event, state):
+                obs.BUS_BACKPRESSURE.labels(sub.name).inc()
+
+    # -- subscriber tasks -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run every subscriber's task until cancelled."""
+        self._running = True
+        try:
+            for sub in self._subs:
+                self._start(sub)
+            await asyncio.Event().wait()
+        finally:
+            self._running = False
+            tasks = list(self._tasks.values())
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._tasks.clear()
+
+    def _start(self, sub: Subscription) -> None:
+        self._tasks[sub.name] = asyncio.get_running_loop().create_task(
+            self._drain(sub), name=f"bus:{sub.name}"
+        )
+
+    async def _drain(self, sub: Subscription) -> None:
+        while True:
+            if not sub.queue:
+                sub.wakeup.clear()
+                await sub.wakeup.wait()
+                continue
+            event, state = sub.queue.popleft()
+            sub.busy = True
+            if not sub.full():
+                sub.room.set()
+            try:
+                result = sub.handler(event, state)
+                if inspect.isawaitable(result):
+                    await result
+                sub.handled += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                sub.failed += 1
+                obs.SUBSCRIBER_ERRORS.labels(sub.name).inc()
+                log.error("subscriber failed", subscriber=sub.name, event=type(event).__name__,
+                          error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+            finally:
+                sub.busy = False
+
+    async def drained(self, timeout: float = 5.0) -> None:
+        """Wait until every subscriber has handled everything queued so far (for tests and shutdown)."""
+        async with asyncio.timeout(timeout):
+            while not all(s.idle for s in self._subs):
+                await asyncio.sleep(0.001)
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def register_hook(
+        self, etype: type[RequestEvent], name: str, handler: Handler, order: int = 0
+    ) -> None:
+        """Run `handler(event, state)` for requests of `etype`, ordered by (order, name)."""
+        hooks = self._hooks.setdefault(etype, [])
+        if any(h.name == name for h in hooks):
+            raise ValueError(f"hook {name!r} already registered for {etype.__name__}")
+        hooks.append(_Hook(order, name, handler))
+        hooks.sort(key=lambda h: (h.order, h.name))
+
+    def hooks_for(self, etype: type[RequestEvent]) -> list[str]:
+        """Names of the hooks for `etype`, in the order they run."""
+        return [h.name for h in self._hooks.get(etype, [])]
+
+    async def request(
+        self, event: R, deadline: float, policy: FailurePolicy = "Ignore"
+    ) -> RequestResult:
+        """Run the hooks for `event` within `deadline` seconds; raise HookError/TimeoutException under Fail."""
+        result = RequestResult(event)
+        hooks = self._hooks.get(type(event), ())
+        state = self._state
+        start = time.perf_counter()
+        current = ""
+        try:
+            async with asyncio.timeout(deadline):
+                for hook in hooks:
+                    current = hook.name
+                    try:
+                        out = hook.handler(event, state)
+                        if inspect.isawaitable(out):
+                            await out
+                        result.ran.append(hook.name)
+                    except (asyncio.CancelledError, TimeoutError):
+                        raise
+                    except Exception as exc:
+                        obs.HOOK_ERRORS.labels(hook.name, "error").inc()
+                        result.errors[hook.name] = f"{type(exc).__name__}: {exc}"
+                        log.warning("hook failed", hook=hook.name, request=type(event).__name__,
+                                    error=result.errors[hook.name], policy=policy)
+                        if policy == "Fail":
+                            raise HookError(f"hook {hook.name} failed: {exc}") from exc
+        except TimeoutError:
+            result.timed_out = True
+            obs.HOOK_ERRORS.labels(current, "timeout").inc()
+            log.warning("hook overran the request deadline", hook=current, request=type(event).__name__,
+                        deadline_ms=round(deadline * 1000, 1), policy=policy)
+            if policy == "Fail":
+                raise TimeoutException(
+                    f"hook {current} overran the {deadline * 1000:.0f} ms deadline"
+                ) from None
+        finally:
+            obs.REQUEST_SECONDS.labels(type(event).__name__).observe(time.perf_counter() - start)
+        return result

@@ -1,0 +1,140 @@
+"""Typed, frozen event dataclasses published on the bus."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from koordqos.model.nodeslo import NodeSLO
+from koordqos.model.pod import NodeInfo, PodInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of every published event. `coalesce` events replace an undelivered one of the same type."""
+
+    coalesce: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodUpserted(Event):
+    """A pod was added or changed."""
+
+    pod: PodInfo
+
+
+@dataclass(frozen=True, slots=True)
+class PodDeleted(Event):
+    """A pod is gone."""
+
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodsReplaced(Event):
+    """A full re-list: the pods of `source` are exactly these (deletions while away are detected)."""
+
+    pods: tuple[PodInfo, ...]
+    source: str = "api"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUpdated(Event):
+    """The Node object changed."""
+
+    node: NodeInfo
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSLOUpdated(Event):
+    """A valid NodeSLO (already merged with defaults) is in force."""
+
+    slo: NodeSLO
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSynced(Event):
+    """A source finished its initial list (`pods`, `node`, `nodeslo`)."""
+
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class NRIConnectionChanged(Event):
+    """The NRI plugin connected to or lost its runtime."""
+
+    connected: bool
+    runtime: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSandbox:
+    """A pod sandbox as the container runtime reports it (NRI)."""
+
+    id: str
+    uid: str
+    name: str
+    namespace: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    cgroup_parent: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeContainer:
+    """A container as the container runtime reports it (NRI)."""
+
+    id: str
+    sandbox_id: str
+    pod_uid: str
+    name: str
+    cgroups_path: str = ""
+    pid: int = 0
+    state: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSandboxUpserted(Event):
+    """The runtime created or synchronised a sandbox."""
+
+    sandbox: RuntimeSandbox
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSandboxRemoved(Event):
+    """The runtime removed a sandbox."""
+
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeContainerUpserted(Event):
+    """The runtime created, started or synchronised a container."""
+
+    container: RuntimeContainer
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeContainerRemoved(Event):
+    """The runtime removed a container."""
+
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class MetricTick(Event):
+    """One metrics-collection round finished; `sample` is the collector's snapshot."""
+
+    coalesce: ClassVar[bool] = True
+    at: float
+    sample: Any = None
+
+
+class RequestEvent:
+    """Base of request events (`bus.request`): hooks read and fill `self` in a fixed order.
+
+    Subclasses carry the request fields and the response fields hooks contribute to.
+    """
+
+    __slots__ = ()

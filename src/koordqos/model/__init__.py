@@ -1,0 +1,1 @@
+"""Pure data: pods, nodes, NodeSLO and quantities. No I/O."""

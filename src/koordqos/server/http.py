@@ -1,0 +1,146 @@
+"""HTTPServer: aiohttp app for health, readiness, Prometheus metrics and debug JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from koordqos import observability as obs
+
+if TYPE_CHECKING:
+    from koordqos.agent import Agent, AgentContext
+
+log = structlog.get_logger("koordqos.http")
+
+
+class HTTPServer:
+    """Serves the agent's endpoints on `--http-addr`."""
+
+    name = "http"
+    essential = True
+
+    def __init__(self, ctx: AgentContext) -> None:
+        self.ctx = ctx
+        host, _, port = ctx.config.server.http_addr.rpartition(":")
+        self.host = host.strip("[]") or "0.0.0.0"
+        self.port = int(port)
+        self.bound_port: int | None = None
+        self.app = self._make_app()
+
+    def _make_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics)
+        if self.ctx.config.server.debug_endpoints:
+            app.router.add_get("/debug/state", self.debug_state)
+            app.router.add_get("/debug/decisions", self.debug_decisions)
+        return app
+
+    @property
+    def agent(self) -> Agent:
+        """The agent this server reports on."""
+        agent: Agent = self.ctx.services["agent"]
+        return agent
+
+    async def run(self) -> None:
+        """Serve until cancelled."""
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        try:
+            await site.start()
+            server = getattr(site, "_server", None)
+            if server is not None and server.sockets:
+                self.bound_port = server.sockets[0].getsockname()[1]
+            log.info("http listening", addr=f"{self.host}:{self.bound_port or self.port}")
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """200 while the event loop answers (this handler running proves it)."""
+        return web.json_response({"status": "ok", "loop_lag_ms": round(self.agent.lag.last_lag * 1000, 3)})
+
+    def _readiness(self) -> dict[str, Any]:
+        state = self.ctx.bus.state
+        ready = self.agent.ready
+        obs.READY.set(1 if ready else 0)
+        return {
+            "ready": ready,
+            "mode": "local" if self.ctx.local_mode else "cluster",
+            "synced": sorted(state.synced),
+            "nri_connected": state.nri_connected,
+            **{k: v for k, v in self.ctx.status.items() if isinstance(v, str | int | float | bool)},
+        }
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        """200 once pods, Node and NodeSLO have synced; NRI state is reported but does not gate."""
+        body = self._readiness()
+        return web.json_response(body, status=200 if body["ready"] else 503)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """Prometheus text format, rendered in a thread so a large registry never blocks the loop."""
+        self._readiness()
+        payload = await asyncio.to_thread(generate_latest, obs.REGISTRY)
+        return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def debug_state(self, request: web.Request) -> web.Response:
+        """NodeState as JSON: pods with QoS class, NodeSLO in force, NRI state, last metrics."""
+        state = self.ctx.bus.state
+        tick = state.last_tick
+        sample = getattr(tick, "sample", None) if tick else None
+        body = {
+            "generation": state.generation,
+            "synced": sorted(state.synced),
+            "nri_connected": state.nri_connected,
+            "node": state.node.model_dump(mode="json") if state.node else None,
+            "node_slo": state.node_slo.model_dump(mode="json") if state.node_slo else None,
+            "pods": [
+                {"uid": p.uid, "namespace": p.namespace, "name": p.name, "qos": str(p.qos),
+                 "kube_qos": str(p.kube_qos), "priority_class": str(p.priority_class),
+                 "phase": p.phase, "source": p.source}
+                for p in state.pods.values()
+            ],
+            "runtime": {"sandboxes": len(state.sandboxes), "containers": len(state.containers)},
+            "last_tick": {"at": tick.at, "age_s": round(time.time() - tick.at, 3)} if tick else None,
+            "last_metrics": _jsonable(sample),
+            "status": _jsonable(self.ctx.status),
+        }
+        return web.json_response(body, dumps=_dumps)
+
+    async def debug_decisions(self, request: web.Request) -> web.Response:
+        """Recent decisions, newest last (`?limit=N&strategy=S`)."""
+        try:
+            limit = int(request.query.get("limit", "500"))
+        except ValueError:
+            raise web.HTTPBadRequest(text="limit must be an integer") from None
+        items = self.ctx.decisions.recent(limit, request.query.get("strategy"))
+        return web.json_response([d.as_dict() for d in items], dumps=_dumps)
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    as_dict = getattr(value, "as_dict", None)
+    if callable(as_dict):
+        return _jsonable(as_dict())
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    return repr(value)
+
+
+def _dumps(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj, default=repr)
