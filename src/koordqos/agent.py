@@ -177,6 +177,9 @@ class Agent:
 
     def build(self) -> None:
         """Call every package's setup in order and collect its components."""
+        # the first log line announces the mode (before any package logs during its setup)
+        log.info("koordqos starting", mode="local" if self.local_mode else "cluster",
+                 node=self.config.node_name, dry_run=self.config.dry_run)
         comps: list[Component] = [FunctionComponent("bus", self.bus.run, essential=True), self.lag]
         for _name, setup in self._setups:
             comps.extend(setup(self.ctx))
@@ -201,9 +204,7 @@ class Agent:
                 loop.add_signal_handler(sig, self.stop)
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
-        log.info("koordqos starting", mode="local" if self.local_mode else "cluster",
-                 node=self.config.node_name, dry_run=self.config.dry_run,
-                 components=[c.name for c in self.components])
+        log.info("components starting", components=[c.name for c in self.components])
         tasks: list[asyncio.Task[None]] = []
         try:
             async with asyncio.TaskGroup() as tg:

@@ -210,7 +210,7 @@ class EventBus:
             except Exception as exc:
                 sub.failed += 1
                 obs.SUBSCRIBER_ERRORS.labels(sub.name).inc()
-                log.error("subscriber failed", subscriber=sub.name, event=type(event).__name__,
+                log.error("subscriber failed", subscriber=sub.name, event_type=type(event).__name__,
                           error=f"{type(exc).__name__}: {exc}", exc_info=exc)
             finally:
                 sub.busy = False

@@ -1,0 +1,87 @@
+"""Event bus: publish→handled throughput, and request round trip with 6 hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from _common import machine, median, parser, percentile, table
+
+from koordqos.events import EventBus, PodUpserted, RequestEvent
+from koordqos.model.pod import PodInfo
+from koordqos.state import NodeState
+
+
+@dataclass
+class Create(RequestEvent):
+    shares: int = 0
+    quota: int = 0
+
+
+async def throughput(n: int, subscribers: int) -> float:
+    """Events per second from publish until every subscriber handled all of them."""
+    bus = EventBus(queue_size=4096)
+    done = asyncio.Event()
+    counts = [0] * subscribers
+
+    for i in range(subscribers):
+        def handler(event: PodUpserted, state: NodeState, i: int = i) -> None:
+            counts[i] += 1
+            if all(c == n for c in counts):
+                done.set()
+
+        bus.subscribe(f"s{i}", handler, PodUpserted)
+    runner = asyncio.create_task(bus.run())
+    pods = [PodInfo(uid=f"u{i % 200}", name=f"p{i % 200}") for i in range(n)]
+    await asyncio.sleep(0)
+    start = time.perf_counter()
+    for p in pods:
+        await bus.publish(PodUpserted(p))
+    await done.wait()
+    elapsed = time.perf_counter() - start
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
+    return n / elapsed
+
+
+async def request_latency(n: int) -> list[float]:
+    """Round-trip seconds of bus.request with 6 small hooks."""
+    bus = EventBus()
+    for i in range(6):
+        def hook(ev: Create, state: NodeState, i: int = i) -> None:
+            ev.shares = max(ev.shares, 2 + i)
+            ev.quota += 1000
+
+        bus.register_hook(Create, f"hook{i}", hook)
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await bus.request(Create(), deadline=1.0)
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def main() -> None:
+    args = parser(__doc__ or "").parse_args()
+    n = 2000 if args.quick else 20000
+    runs = 1 if args.quick else args.runs
+    tp1 = median([asyncio.run(throughput(n, 1)) for _ in range(runs)])
+    tp6 = median([asyncio.run(throughput(n, 6)) for _ in range(runs)])
+    lat = [asyncio.run(request_latency(n // 2)) for _ in range(runs)]
+    p50 = median([percentile(s, 50) for s in lat]) * 1e6
+    p99 = median([percentile(s, 99) for s in lat]) * 1e6
+    print(f"machine: {machine()}; {runs} run(s), median")
+    print(table(
+        [
+            ["publish→handled, 1 subscriber", f"{tp1:,.0f} events/s"],
+            ["publish→handled, 6 subscribers", f"{tp6:,.0f} events/s (each delivered 6×)"],
+            ["request, 6 hooks, p50", f"{p50:.1f} µs"],
+            ["request, 6 hooks, p99", f"{p99:.1f} µs"],
+        ],
+        ["measure", "value"],
+    ))
+
+
+if __name__ == "__main__":
+    main()

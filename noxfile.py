@@ -1,0 +1,62 @@
+"""nox sessions: tests, lint, typecheck, bench, protos."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.default_venv_backend = "venv"
+
+PYTHON = "3.11"
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the whole test suite (unit, integration with real cgroups/sockets/HTTP, e2e subprocesses)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *(session.posargs or ["-q"]))
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff lint and format check."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "src", "tests", "bench", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "bench", "noxfile.py")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the package."""
+    session.install("-e", ".[dev]")
+    session.run("mypy")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Run every benchmark in bench/ (pass --quick for a smoke run); figures go to docs/performance.md."""
+    session.install("-e", ".[test]")
+    import pathlib
+
+    for script in sorted(pathlib.Path("bench").glob("*.py")):
+        if script.name.startswith("_"):
+            continue
+        session.run("python", str(script), *session.posargs)
+
+
+# (include dir, .proto files, output package dir) compiled by the `protos` session.
+NRI_PROTOS = ("protos/nri", ["nri_api.proto"], "src/koordqos/nri/api")
+TTRPC_PROTOS = ("protos/ttrpc", ["ttrpc.proto"], "src/koordqos/nri/api")
+
+
+@nox.session(python=PYTHON)
+def protos(session: nox.Session) -> None:
+    """Regenerate the committed protobuf code (upb runtime) and its .pyi stubs from protos/."""
+    session.install("grpcio-tools>=1.60", "mypy-protobuf>=3.6")
+    for include, files, out in (NRI_PROTOS, TTRPC_PROTOS):
+        # grpc_tools.protoc adds its bundled well-known types (google/protobuf/any.proto) itself
+        session.run(
+            "python", "-m", "grpc_tools.protoc", f"-I{include}", f"--python_out={out}", f"--mypy_out={out}",
+            *(f"{include}/{f}" for f in files),
+        )

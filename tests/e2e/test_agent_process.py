@@ -1,0 +1,98 @@
+"""The agent as a real subprocess in local mode against a synthetic node root."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def synthetic_root(tmp: Path) -> dict[str, Path]:
+    proc = tmp / "proc"
+    proc.mkdir()
+    (proc / "stat").write_text("cpu  100 0 100 1000 0 0 0 0 0 0\ncpu0 100 0 100 1000 0 0 0 0 0 0\n")
+    (proc / "meminfo").write_text("MemTotal:       8000000 kB\nMemFree:        4000000 kB\nMemAvailable:   6000000 kB\n")
+    cg = tmp / "cgroup"
+    for sub in ("cpu", "cpuacct", "cpuset", "memory"):
+        (cg / sub / "kubepods" / "besteffort").mkdir(parents=True)
+    sys_root = tmp / "sys"
+    (sys_root / "devices" / "system" / "cpu" / "cpu0" / "topology").mkdir(parents=True)
+    return {"proc": proc, "cgroup": cg, "sys": sys_root}
+
+
+async def wait_for_http(url: str, status: int, timeout: float) -> aiohttp.ClientResponse | None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(url) as resp:
+                    if resp.status == status:
+                        await resp.read()
+                        return resp
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    return None
+
+
+async def test_local_mode_agent_serves_ready_metrics_and_stops_on_sigterm(tmp_path: Path) -> None:
+    roots = synthetic_root(tmp_path)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
+    env["HOME"] = str(tmp_path)  # no ~/.kube/config: local mode
+    cmd = [
+        sys.executable, "-m", "koordqos", "run",
+        "--http-addr", f"127.0.0.1:{port}",
+        "--cgroup-root", str(roots["cgroup"]), "--proc-root", str(roots["proc"]), "--sys-root", str(roots["sys"]),
+        "--nri-socket", str(tmp_path / "nri.sock"), "--node-name", "e2e-node",
+        "--debug-endpoints", "--log-format", "json",
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = await wait_for_http(f"http://127.0.0.1:{port}/readyz", 200, timeout=30)
+        assert ready is not None, "agent never became ready"
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                body = await resp.json()
+            assert body["ready"] is True
+            assert body["mode"] == "local"
+            assert body["nri_connected"] is False  # reported, does not gate readiness
+            async with session.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                text = await resp.text()
+            assert resp.status == 200
+            assert "koordqos_event_loop_lag_seconds_bucket" in text
+            assert "koordqos_ready 1.0" in text
+            async with session.get(f"http://127.0.0.1:{port}/debug/state") as resp:
+                state = await resp.json()
+            assert state["node"]["name"] == "e2e-node"
+            async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                assert resp.status == 200
+        proc.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        rc = await asyncio.to_thread(proc.wait, 10)
+        assert rc == 0
+        assert time.monotonic() - start < 5.0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _, err = proc.communicate(timeout=10)
+    first = json.loads(err.splitlines()[0])
+    assert first["event"] == "koordqos starting"
+    assert first["mode"] == "local"
