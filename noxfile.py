@@ -57,6 +57,11 @@ def protos(session: nox.Session) -> None:
     for include, files, out in (NRI_PROTOS, TTRPC_PROTOS):
         # grpc_tools.protoc adds its bundled well-known types (google/protobuf/any.proto) itself
         session.run(
-            "python", "-m", "grpc_tools.protoc", f"-I{include}", f"--python_out={out}", f"--mypy_out={out}",
+            "python",
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{include}",
+            f"--python_out={out}",
+            f"--mypy_out={out}",
             *(f"{include}/{f}" for f in files),
         )

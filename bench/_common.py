@@ -25,7 +25,8 @@ def median(values: Sequence[float]) -> float:
 
 def machine() -> str:
     """One line naming the machine the figures come from."""
-    return f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, Python {platform.python_version()}"
+    cpu = platform.processor() or platform.machine()
+    return f"{os.cpu_count()} CPUs, {cpu}, Python {platform.python_version()}"
 
 
 def parser(description: str) -> argparse.ArgumentParser:

@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass
 
 from _common import machine, median, parser, percentile, table
-
 from koordqos.events import EventBus, PodUpserted, RequestEvent
 from koordqos.model.pod import PodInfo
 from koordqos.state import NodeState
@@ -26,6 +25,7 @@ async def throughput(n: int, subscribers: int) -> float:
     counts = [0] * subscribers
 
     for i in range(subscribers):
+
         def handler(event: PodUpserted, state: NodeState, i: int = i) -> None:
             counts[i] += 1
             if all(c == n for c in counts):
@@ -49,6 +49,7 @@ async def request_latency(n: int) -> list[float]:
     """Round-trip seconds of bus.request with 6 small hooks."""
     bus = EventBus()
     for i in range(6):
+
         def hook(ev: Create, state: NodeState, i: int = i) -> None:
             ev.shares = max(ev.shares, 2 + i)
             ev.quota += 1000
@@ -72,15 +73,17 @@ def main() -> None:
     p50 = median([percentile(s, 50) for s in lat]) * 1e6
     p99 = median([percentile(s, 99) for s in lat]) * 1e6
     print(f"machine: {machine()}; {runs} run(s), median")
-    print(table(
-        [
-            ["publish→handled, 1 subscriber", f"{tp1:,.0f} events/s"],
-            ["publish→handled, 6 subscribers", f"{tp6:,.0f} events/s (each delivered 6×)"],
-            ["request, 6 hooks, p50", f"{p50:.1f} µs"],
-            ["request, 6 hooks, p99", f"{p99:.1f} µs"],
-        ],
-        ["measure", "value"],
-    ))
+    print(
+        table(
+            [
+                ["publish→handled, 1 subscriber", f"{tp1:,.0f} events/s"],
+                ["publish→handled, 6 subscribers", f"{tp6:,.0f} events/s (each delivered 6×)"],
+                ["request, 6 hooks, p50", f"{p50:.1f} µs"],
+                ["request, 6 hooks, p99", f"{p99:.1f} µs"],
+            ],
+            ["measure", "value"],
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ shared services (executor, metrics store, evictor) on the AgentContext for later
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import signal
 import time
@@ -81,9 +82,10 @@ def cluster_mode_available(cfg: AgentConfig, env: dict[str, str] | None = None) 
         return True
     if Path(env.get("HOME", "/nonexistent"), ".kube", "config").exists():
         return True
-    return bool(env.get("KUBERNETES_SERVICE_HOST")) and Path(
-        "/var/run/secrets/kubernetes.io/serviceaccount/token"
-    ).exists()
+    return (
+        bool(env.get("KUBERNETES_SERVICE_HOST"))
+        and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
+    )
 
 
 def default_setups() -> list[tuple[str, Setup]]:
@@ -128,9 +130,15 @@ class Supervisor:
                 failures = 1 if time.monotonic() - started > 60 else failures + 1
                 delay = min(self.max_delay, self.base_delay * 2 ** (failures - 1))
                 delay *= 1 + random.uniform(-0.1, 0.1)
-                log.error("component crashed; restarting", component=comp.name, essential=comp.essential,
-                          attempt=failures, retry_in_s=round(delay, 2), error=f"{type(exc).__name__}: {exc}",
-                          exc_info=exc)
+                log.error(
+                    "component crashed; restarting",
+                    component=comp.name,
+                    essential=comp.essential,
+                    attempt=failures,
+                    retry_in_s=round(delay, 2),
+                    error=f"{type(exc).__name__}: {exc}",
+                    exc_info=exc,
+                )
                 await asyncio.sleep(delay)
 
 
@@ -178,8 +186,12 @@ class Agent:
     def build(self) -> None:
         """Call every package's setup in order and collect its components."""
         # the first log line announces the mode (before any package logs during its setup)
-        log.info("koordqos starting", mode="local" if self.local_mode else "cluster",
-                 node=self.config.node_name, dry_run=self.config.dry_run)
+        log.info(
+            "koordqos starting",
+            mode="local" if self.local_mode else "cluster",
+            node=self.config.node_name,
+            dry_run=self.config.dry_run,
+        )
         comps: list[Component] = [FunctionComponent("bus", self.bus.run, essential=True), self.lag]
         for _name, setup in self._setups:
             comps.extend(setup(self.ctx))
@@ -188,7 +200,7 @@ class Agent:
     @property
     def ready(self) -> bool:
         """Pods, Node and NodeSLO sources have synced."""
-        return READY_SOURCES <= self.bus.state.synced
+        return self.bus.state.synced >= READY_SOURCES
 
     def stop(self) -> None:
         """Ask the agent to stop (safe from signal handlers)."""
@@ -215,13 +227,11 @@ class Agent:
                 log.info("stopping", timeout_s=self.config.shutdown_timeout_seconds)
                 for t in tasks:
                     t.cancel()
-                done, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_timeout_seconds)
+                _done, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_timeout_seconds)
                 if pending:
                     log.error("components did not stop in time", components=[t.get_name() for t in pending])
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
-                try:
+                with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
-                except (NotImplementedError, RuntimeError):
-                    pass
         log.info("koordqos stopped")

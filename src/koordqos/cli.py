@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-
 from koordqos import __version__
 from koordqos.config import add_flags, build_config, load_config, read_config_file
 from koordqos.errors import ConfigError, KoordQoSError, ModelError

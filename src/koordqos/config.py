@@ -188,27 +188,65 @@ FLAGS: tuple[Flag, ...] = (
     Flag("nri-plugin-name", "nri.plugin_name", "NRI plugin name"),
     Flag("nri-plugin-index", "nri.plugin_index", "NRI plugin index (two digits)"),
     Flag("nri-backoff-cap-seconds", "nri.backoff_cap_seconds", "maximum NRI reconnect backoff", float),
-    Flag("runtime-hooks-failure-policy", "hooks.failure_policy", "hook failure policy", str, ("Ignore", "Fail")),
-    Flag("runtime-hooks-reconcile-interval", "hooks.reconcile_interval_seconds",
-         "reconciler period in seconds", float),
-    Flag("enable-runtime-hooks-proxy", "hooks.proxy_enabled", "serve the koord-runtime-proxy hook service", bool),
+    Flag(
+        "runtime-hooks-failure-policy", "hooks.failure_policy", "hook failure policy", str, ("Ignore", "Fail")
+    ),
+    Flag(
+        "runtime-hooks-reconcile-interval",
+        "hooks.reconcile_interval_seconds",
+        "reconciler period in seconds",
+        float,
+    ),
+    Flag(
+        "enable-runtime-hooks-proxy",
+        "hooks.proxy_enabled",
+        "serve the koord-runtime-proxy hook service",
+        bool,
+    ),
     Flag("runtime-hooks-addr", "hooks.proxy_addr", "unix socket of the RuntimeHookService"),
-    Flag("runtime-hooks-config-path", "hooks.proxy_config_path", "directory of the runtime-proxy registration file"),
-    Flag("disable-unset-cpu-quota", "hooks.disable_unset_cpu_quota", "never write cfs_quota=-1 for cpuset pods", bool),
-    Flag("reconcile-interval-seconds", "qos.reconcile_interval_seconds", "reconcile strategies period", float),
+    Flag(
+        "runtime-hooks-config-path",
+        "hooks.proxy_config_path",
+        "directory of the runtime-proxy registration file",
+    ),
+    Flag(
+        "disable-unset-cpu-quota",
+        "hooks.disable_unset_cpu_quota",
+        "never write cfs_quota=-1 for cpuset pods",
+        bool,
+    ),
+    Flag(
+        "reconcile-interval-seconds", "qos.reconcile_interval_seconds", "reconcile strategies period", float
+    ),
     Flag("cpu-suppress-interval-seconds", "qos.cpu_suppress_interval_seconds", "CPU suppress period", float),
     Flag("cpu-evict-interval-seconds", "qos.cpu_evict_interval_seconds", "CPU evict period", float),
     Flag("memory-evict-interval-seconds", "qos.memory_evict_interval_seconds", "memory evict period", float),
-    Flag("memory-evict-cool-time-seconds", "qos.memory_evict_cool_time_seconds", "memory evict cool-down", float),
+    Flag(
+        "memory-evict-cool-time-seconds",
+        "qos.memory_evict_cool_time_seconds",
+        "memory evict cool-down",
+        float,
+    ),
     Flag("cpu-evict-cool-time-seconds", "qos.cpu_evict_cool_time_seconds", "CPU evict cool-down", float),
-    Flag("collect-interval", "metrics.collect_interval_seconds", "metrics collection period in seconds", float),
+    Flag(
+        "collect-interval", "metrics.collect_interval_seconds", "metrics collection period in seconds", float
+    ),
     Flag("metrics-retention-seconds", "metrics.retention_seconds", "metrics history kept in memory", float),
-    Flag("resource-force-update-seconds", "executor.resource_force_update_seconds",
-         "rewrite cached unchanged cgroup values after this many seconds", float),
+    Flag(
+        "resource-force-update-seconds",
+        "executor.resource_force_update_seconds",
+        "rewrite cached unchanged cgroup values after this many seconds",
+        float,
+    ),
     Flag("http-addr", "server.http_addr", "HOST:PORT for /healthz /readyz /metrics"),
     Flag("debug-endpoints", "server.debug_endpoints", "serve /debug/state and /debug/decisions", bool),
-    Flag("log-format", "log.format", "log format (auto: console on a TTY, else json)", str,
-         ("json", "console", "auto")),
+    Flag(
+        "log-format",
+        "log.format",
+        "log format (auto: console on a TTY, else json)",
+        str,
+        ("json", "console", "auto"),
+    ),
     Flag("log-level", "log.level", "log level", str, ("debug", "info", "warning", "error")),
     Flag("feature-gates", "feature_gates", "feature gates, e.g. BECPUEvict=true,CPUBurst=false"),
     Flag("dry-run", "dry_run", "record decisions, change nothing", bool),
@@ -227,8 +265,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         opt = "--" + flag.name
         helptext = f"{flag.help} [env {env_name(flag)}]"
         if flag.kind is bool:
-            parser.add_argument(opt, dest=_dest(flag), nargs="?", const="true", default=None,
-                                metavar="BOOL", help=helptext)
+            parser.add_argument(
+                opt, dest=_dest(flag), nargs="?", const="true", default=None, metavar="BOOL", help=helptext
+            )
         else:
             parser.add_argument(opt, dest=_dest(flag), default=None, choices=flag.choices, help=helptext)
 

@@ -55,14 +55,30 @@ class DecisionLog:
         quiet: bool = False,
     ) -> Decision:
         """Record one decision; `quiet` skips the info log line (high-volume no-op decisions)."""
-        d = Decision(time.time(), strategy, target, action, old, new, reason,
-                     self.dry_run if dry_run is None else dry_run)
+        d = Decision(
+            time.time(),
+            strategy,
+            target,
+            action,
+            old,
+            new,
+            reason,
+            self.dry_run if dry_run is None else dry_run,
+        )
         self._ring.append(d)
         self.total += 1
         obs.DECISIONS.labels(strategy, action, str(d.dry_run).lower()).inc()
         if not quiet:
-            log.info("decision", strategy=strategy, target=target, action=action, old=old, new=new,
-                     reason=reason, dry_run=d.dry_run)
+            log.info(
+                "decision",
+                strategy=strategy,
+                target=target,
+                action=action,
+                old=old,
+                new=new,
+                reason=reason,
+                dry_run=d.dry_run,
+            )
         return d
 
     def recent(self, limit: int | None = None, strategy: str | None = None) -> list[Decision]:

@@ -41,10 +41,26 @@ DEFAULT_GATES: Mapping[str, bool] = {
 }
 
 _ALPHA = {
-    "BECPUManager", "BECPUEvict", "CPUEvict", "CPUAllocatableEvict", "BEMemoryEvict", "MemoryEvict",
-    "MemoryAllocatableEvict", "SystemConfig", "CgroupReconcile", "BlkIOReconcile", "GPUEnvInject",
-    "RDMADeviceInject", "CPUNormalization", "CoreSched", "TerwayQoS", "TCNetworkQoS", "Resctrl", "OOMScoreAdj",
-    "PerCPUMetric", "Accelerators",
+    "BECPUManager",
+    "BECPUEvict",
+    "CPUEvict",
+    "CPUAllocatableEvict",
+    "BEMemoryEvict",
+    "MemoryEvict",
+    "MemoryAllocatableEvict",
+    "SystemConfig",
+    "CgroupReconcile",
+    "BlkIOReconcile",
+    "GPUEnvInject",
+    "RDMADeviceInject",
+    "CPUNormalization",
+    "CoreSched",
+    "TerwayQoS",
+    "TCNetworkQoS",
+    "Resctrl",
+    "OOMScoreAdj",
+    "PerCPUMetric",
+    "Accelerators",
 }
 _BETA = {n for n in DEFAULT_GATES if n not in _ALPHA}
 

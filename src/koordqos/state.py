@@ -27,6 +27,7 @@ from koordqos.events.types import (
 from koordqos.model.nodeslo import NodeSLO
 from koordqos.model.pod import NodeInfo, PodInfo
 
+
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
 

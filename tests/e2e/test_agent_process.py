@@ -28,7 +28,9 @@ def synthetic_root(tmp: Path) -> dict[str, Path]:
     proc = tmp / "proc"
     proc.mkdir()
     (proc / "stat").write_text("cpu  100 0 100 1000 0 0 0 0 0 0\ncpu0 100 0 100 1000 0 0 0 0 0 0\n")
-    (proc / "meminfo").write_text("MemTotal:       8000000 kB\nMemFree:        4000000 kB\nMemAvailable:   6000000 kB\n")
+    (proc / "meminfo").write_text(
+        "MemTotal:       8000000 kB\nMemFree:        4000000 kB\nMemAvailable:   6000000 kB\n"
+    )
     cg = tmp / "cgroup"
     for sub in ("cpu", "cpuacct", "cpuset", "memory"):
         (cg / sub / "kubepods" / "besteffort").mkdir(parents=True)
@@ -58,11 +60,25 @@ async def test_local_mode_agent_serves_ready_metrics_and_stops_on_sigterm(tmp_pa
     env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
     env["HOME"] = str(tmp_path)  # no ~/.kube/config: local mode
     cmd = [
-        sys.executable, "-m", "koordqos", "run",
-        "--http-addr", f"127.0.0.1:{port}",
-        "--cgroup-root", str(roots["cgroup"]), "--proc-root", str(roots["proc"]), "--sys-root", str(roots["sys"]),
-        "--nri-socket", str(tmp_path / "nri.sock"), "--node-name", "e2e-node",
-        "--debug-endpoints", "--log-format", "json",
+        sys.executable,
+        "-m",
+        "koordqos",
+        "run",
+        "--http-addr",
+        f"127.0.0.1:{port}",
+        "--cgroup-root",
+        str(roots["cgroup"]),
+        "--proc-root",
+        str(roots["proc"]),
+        "--sys-root",
+        str(roots["sys"]),
+        "--nri-socket",
+        str(tmp_path / "nri.sock"),
+        "--node-name",
+        "e2e-node",
+        "--debug-endpoints",
+        "--log-format",
+        "json",
     ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

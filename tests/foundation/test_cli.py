@@ -34,7 +34,9 @@ def test_bad_usage_is_one_line_and_exit_2(argv: list[str], needle: str) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_invalid_config_file_is_rejected_with_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_invalid_config_file_is_rejected_with_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     f = tmp_path / "agent.yaml"
     f.write_text("nri:\n  plugin_index: abc\n")
     assert main(["config", "validate", str(f)]) == 2

@@ -25,7 +25,9 @@ def test_defaults_match_the_documented_values() -> None:
     assert cfg.server.http_addr == "0.0.0.0:9316"
     assert cfg.hooks.failure_policy == "Ignore"
     assert cfg.executor.resource_force_update_seconds == 60
-    assert cfg.gate("BECPUSuppress") and cfg.gate("CPUBurst") and not cfg.gate("BECPUEvict")
+    assert cfg.gate("BECPUSuppress")
+    assert cfg.gate("CPUBurst")
+    assert not cfg.gate("BECPUEvict")
     assert cfg.dry_run is False
 
 
@@ -37,7 +39,9 @@ def test_node_name_from_flag_then_env_then_hostname() -> None:
 
 def test_flags_override_env_which_overrides_file(tmp_path: Path) -> None:
     f = tmp_path / "agent.yaml"
-    f.write_text("server: {http_addr: '127.0.0.1:1'}\nlog: {level: debug}\nqos: {cpu_evict_cool_time_seconds: 7}\n")
+    f.write_text(
+        "server: {http_addr: '127.0.0.1:1'}\nlog: {level: debug}\nqos: {cpu_evict_cool_time_seconds: 7}\n"
+    )
     env = {"KOORDQOS_CONFIG": str(f), "KOORDQOS_HTTP_ADDR": "127.0.0.1:2", "KOORDQOS_DRY_RUN": "true"}
     cfg = load_config(parse("--http-addr", "127.0.0.1:3"), env=env)
     assert cfg.server.http_addr == "127.0.0.1:3"
@@ -49,14 +53,27 @@ def test_flags_override_env_which_overrides_file(tmp_path: Path) -> None:
 
 def test_koordlet_interval_flags_are_taken_as_given() -> None:
     args = parse(
-        "--reconcile-interval-seconds=2", "--cpu-suppress-interval-seconds=2", "--cpu-evict-interval-seconds=2",
-        "--memory-evict-interval-seconds=2", "--memory-evict-cool-time-seconds=8",
+        "--reconcile-interval-seconds=2",
+        "--cpu-suppress-interval-seconds=2",
+        "--cpu-evict-interval-seconds=2",
+        "--memory-evict-interval-seconds=2",
+        "--memory-evict-cool-time-seconds=8",
         "--cpu-evict-cool-time-seconds=40",
     )
     q = load_config(args, env={}).qos
-    assert (q.reconcile_interval_seconds, q.cpu_suppress_interval_seconds, q.cpu_evict_interval_seconds) == (2, 2, 2)
-    assert (q.memory_evict_interval_seconds, q.memory_evict_cool_time_seconds, q.cpu_evict_cool_time_seconds) == (
-        2, 8, 40,
+    assert (q.reconcile_interval_seconds, q.cpu_suppress_interval_seconds, q.cpu_evict_interval_seconds) == (
+        2,
+        2,
+        2,
+    )
+    assert (
+        q.memory_evict_interval_seconds,
+        q.memory_evict_cool_time_seconds,
+        q.cpu_evict_cool_time_seconds,
+    ) == (
+        2,
+        8,
+        40,
     )
 
 
@@ -88,7 +105,8 @@ def test_unknown_config_file_keys_are_rejected() -> None:
 
 def test_feature_gates_all_alpha_and_overrides() -> None:
     gates = parse_feature_gates("AllAlpha=true,CPUEvict=false")
-    assert gates["BEMemoryEvict"] and gates["OOMScoreAdj"]
+    assert gates["BEMemoryEvict"]
+    assert gates["OOMScoreAdj"]
     assert not gates["CPUEvict"]
     assert gates["BECPUSuppress"] == DEFAULT_GATES["BECPUSuppress"]
     with pytest.raises(ConfigError, match="expected Name=true"):

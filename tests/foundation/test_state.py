@@ -50,7 +50,8 @@ def test_removing_a_sandbox_forgets_its_containers() -> None:
 
 def test_ticks_and_synced_sources_and_slo() -> None:
     s = reduce(NodeState(), MetricTick(at=5.0))
-    assert s.last_tick is not None and s.last_tick.at == 5.0
+    assert s.last_tick is not None
+    assert s.last_tick.at == 5.0
     s = reduce(s, SourceSynced("pods"))
     assert reduce(s, SourceSynced("pods")) is s  # no change, same object
     slo = NodeSLO()

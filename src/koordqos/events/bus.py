@@ -210,8 +210,13 @@ class EventBus:
             except Exception as exc:
                 sub.failed += 1
                 obs.SUBSCRIBER_ERRORS.labels(sub.name).inc()
-                log.error("subscriber failed", subscriber=sub.name, event_type=type(event).__name__,
-                          error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+                log.error(
+                    "subscriber failed",
+                    subscriber=sub.name,
+                    event_type=type(event).__name__,
+                    error=f"{type(exc).__name__}: {exc}",
+                    exc_info=exc,
+                )
             finally:
                 sub.busy = False
 
@@ -223,9 +228,7 @@ class EventBus:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def register_hook(
-        self, etype: type[RequestEvent], name: str, handler: Handler, order: int = 0
-    ) -> None:
+    def register_hook(self, etype: type[RequestEvent], name: str, handler: Handler, order: int = 0) -> None:
         """Run `handler(event, state)` for requests of `etype`, ordered by (order, name)."""
         hooks = self._hooks.setdefault(etype, [])
         if any(h.name == name for h in hooks):
@@ -237,10 +240,8 @@ class EventBus:
         """Names of the hooks for `etype`, in the order they run."""
         return [h.name for h in self._hooks.get(etype, [])]
 
-    async def request(
-        self, event: R, deadline: float, policy: FailurePolicy = "Ignore"
-    ) -> RequestResult:
-        """Run the hooks for `event` within `deadline` seconds; raise HookError/TimeoutException under Fail."""
+    async def request(self, event: R, deadline: float, policy: FailurePolicy = "Ignore") -> RequestResult:
+        """Run the hooks for `event` within `deadline` s; under Fail raise HookError or TimeoutException."""
         result = RequestResult(event)
         hooks = self._hooks.get(type(event), ())
         state = self._state
@@ -260,15 +261,25 @@ class EventBus:
                     except Exception as exc:
                         obs.HOOK_ERRORS.labels(hook.name, "error").inc()
                         result.errors[hook.name] = f"{type(exc).__name__}: {exc}"
-                        log.warning("hook failed", hook=hook.name, request=type(event).__name__,
-                                    error=result.errors[hook.name], policy=policy)
+                        log.warning(
+                            "hook failed",
+                            hook=hook.name,
+                            request=type(event).__name__,
+                            error=result.errors[hook.name],
+                            policy=policy,
+                        )
                         if policy == "Fail":
                             raise HookError(f"hook {hook.name} failed: {exc}") from exc
         except TimeoutError:
             result.timed_out = True
             obs.HOOK_ERRORS.labels(current, "timeout").inc()
-            log.warning("hook overran the request deadline", hook=current, request=type(event).__name__,
-                        deadline_ms=round(deadline * 1000, 1), policy=policy)
+            log.warning(
+                "hook overran the request deadline",
+                hook=current,
+                request=type(event).__name__,
+                deadline_ms=round(deadline * 1000, 1),
+                policy=policy,
+            )
             if policy == "Fail":
                 raise TimeoutException(
                     f"hook {current} overran the {deadline * 1000:.0f} ms deadline"

@@ -102,9 +102,16 @@ class HTTPServer:
             "node": state.node.model_dump(mode="json") if state.node else None,
             "node_slo": state.node_slo.model_dump(mode="json") if state.node_slo else None,
             "pods": [
-                {"uid": p.uid, "namespace": p.namespace, "name": p.name, "qos": str(p.qos),
-                 "kube_qos": str(p.kube_qos), "priority_class": str(p.priority_class),
-                 "phase": p.phase, "source": p.source}
+                {
+                    "uid": p.uid,
+                    "namespace": p.namespace,
+                    "name": p.name,
+                    "qos": str(p.qos),
+                    "kube_qos": str(p.kube_qos),
+                    "priority_class": str(p.priority_class),
+                    "phase": p.phase,
+                    "source": p.source,
+                }
                 for p in state.pods.values()
             ],
             "runtime": {"sandboxes": len(state.sandboxes), "containers": len(state.containers)},
