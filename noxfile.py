@@ -48,14 +48,19 @@ def bench(session: nox.Session) -> None:
 # (include dir, .proto files, output package dir) compiled by the `protos` session.
 NRI_PROTOS = ("protos/nri", ["nri_api.proto"], "src/koordqos/nri/api")
 TTRPC_PROTOS = ("protos/ttrpc", ["ttrpc.proto"], "src/koordqos/nri/api")
+# The hook-service proto sits at its Python package path so grpclib's generated import is the real module.
+RUNTIME_PROTOS = ("protos/runtime", ["koordqos/proxy/api/runtime_api.proto"], "src")
 
 
 @nox.session(python=PYTHON)
 def protos(session: nox.Session) -> None:
-    """Regenerate the committed protobuf code (upb runtime) and its .pyi stubs from protos/."""
-    session.install("grpcio-tools>=1.60", "mypy-protobuf>=3.6")
-    for include, files, out in (NRI_PROTOS, TTRPC_PROTOS):
+    """Regenerate the committed protobuf code (upb runtime), its .pyi stubs and the grpclib service stubs
+    (runtime hook API) from protos/."""
+    # grpcio-tools pins protoc: newer ones emit protobuf 7 gencode, which the protobuf<7 runtime refuses
+    session.install("grpcio-tools>=1.60,<1.82", "mypy-protobuf>=3.6", "grpclib>=0.4")
+    for include, files, out in (NRI_PROTOS, TTRPC_PROTOS, RUNTIME_PROTOS):
         # grpc_tools.protoc adds its bundled well-known types (google/protobuf/any.proto) itself
+        grpc_out = [f"--grpclib_python_out={out}"] if include == RUNTIME_PROTOS[0] else []
         session.run(
             "python",
             "-m",
@@ -63,5 +68,6 @@ def protos(session: nox.Session) -> None:
             f"-I{include}",
             f"--python_out={out}",
             f"--mypy_out={out}",
+            *grpc_out,
             *(f"{include}/{f}" for f in files),
         )

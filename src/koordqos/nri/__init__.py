@@ -1,4 +1,10 @@
-"""koordqos.nri."""
+"""NRI: the plugin that serves runtime hooks to containerd / CRI-O (ttrpc, mux, lifecycle, reconnect).
+
+`setup(ctx)` creates the `NRIPlugin` when `config.nri.enabled`: it goes on `ctx.services["nri_plugin"]`
+(`await plugin.update_containers([...])` sends unsolicited updates) and runs as a component; the
+connection state is in `ctx.status["nri"]` (shown by /readyz). Hooks attach to the request events in
+`koordqos.nri.events`.
+"""
 
 from __future__ import annotations
 
@@ -9,5 +15,17 @@ if TYPE_CHECKING:
 
 
 def setup(ctx: AgentContext) -> list[Component]:
-    """Contribute this package's services and components to the agent."""
-    return []
+    """Create the NRI plugin component (or record that NRI is disabled)."""
+    if not ctx.config.nri.enabled:
+        ctx.status["nri"] = "disabled"
+        return []
+    from koordqos.nri.plugin import NRIPlugin
+
+    plugin = NRIPlugin.from_env(
+        ctx.bus,
+        ctx.config.nri,
+        failure_policy=ctx.config.hooks.failure_policy,
+        status=ctx.status,
+    )
+    ctx.services["nri_plugin"] = plugin
+    return [plugin]

@@ -1,0 +1,179 @@
+"""Bus request events for NRI calls: what hooks read (decoded protobufs) and fill in (the reply).
+
+The plugin turns every NRI call into one `ctx.bus.request(event, deadline, policy)`. Hooks registered with
+`bus.register_hook(NRICreateContainer, name, handler, order)` run in order on the same event object:
+
+* read the request: `event.pod` (`PodSandbox`), `event.container` (`Container`), and for updates
+  `event.linux_resources` (`LinuxResources`, the resources the runtime is about to apply);
+* fill the reply: `event.adjust` (CreateContainer: a `ContainerAdjustment` protobuf, edited in place, e.g.
+  `event.adjust.linux.resources.cpu.shares.value = 2`) and `event.updates` (a list of `ContainerUpdate`
+  for *other* containers on CreateContainer; for any container, including the one being updated, on
+  UpdateContainer, StopContainer and Synchronize). `event.update_for(container_id)` returns the update for
+  that container, creating it on first use, so several hooks merge into one entry.
+
+With no hooks the replies are correctly empty. Updates whose resources stay empty are left out of the reply;
+on CreateContainer an update naming the container being created is dropped (the runtime would fail the
+creation). The request protobufs must be treated as read-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from koordqos.events.types import RequestEvent, RuntimeContainer, RuntimeSandbox
+from koordqos.nri.api import nri_api_pb2 as api
+
+__all__ = [
+    "NRIContainerEvent",
+    "NRICreateContainer",
+    "NRIPodEvent",
+    "NRIRemoveContainer",
+    "NRIRemovePodSandbox",
+    "NRIRunPodSandbox",
+    "NRIStartContainer",
+    "NRIStopContainer",
+    "NRIStopPodSandbox",
+    "NRISynchronize",
+    "NRIUpdateContainer",
+    "UpdatesMixin",
+    "container_state_name",
+    "runtime_container",
+    "runtime_sandbox",
+]
+
+
+class UpdatesMixin:
+    """Reply field shared by events that may request updates of existing containers."""
+
+    __slots__ = ()
+    updates: list[api.ContainerUpdate]
+
+    def update_for(self, container_id: str) -> api.ContainerUpdate:
+        """The update for `container_id` in `self.updates`, appended on first use."""
+        for upd in self.updates:
+            if upd.container_id == container_id:
+                return upd
+        upd = api.ContainerUpdate(container_id=container_id)
+        self.updates.append(upd)
+        return upd
+
+    def effective_updates(self) -> list[api.ContainerUpdate]:
+        """The updates that change something (an id and at least one resource field set)."""
+        return [u for u in self.updates if u.container_id and u.linux.resources.ByteSize() > 0]
+
+
+@dataclass(slots=True, eq=False)
+class NRIPodEvent(RequestEvent):
+    """A pod-level lifecycle call; `pod` is the runtime's view of the sandbox."""
+
+    pod: api.PodSandbox
+
+
+@dataclass(slots=True, eq=False)
+class NRIRunPodSandbox(NRIPodEvent):
+    """RunPodSandbox (dedicated RPC or StateChange RUN_POD_SANDBOX). Notification: hooks act directly."""
+
+
+@dataclass(slots=True, eq=False)
+class NRIStopPodSandbox(NRIPodEvent):
+    """StopPodSandbox. Notification."""
+
+
+@dataclass(slots=True, eq=False)
+class NRIRemovePodSandbox(NRIPodEvent):
+    """RemovePodSandbox. Notification; the sandbox leaves NodeState after the hooks ran."""
+
+
+@dataclass(slots=True, eq=False)
+class NRIContainerEvent(RequestEvent):
+    """A container-level lifecycle call; `pod` may be an empty PodSandbox when the runtime sent none."""
+
+    pod: api.PodSandbox
+    container: api.Container
+
+
+@dataclass(slots=True, eq=False)
+class NRICreateContainer(NRIContainerEvent, UpdatesMixin):
+    """CreateContainer: fill `adjust` (this container) and `updates` (other, existing containers)."""
+
+    adjust: api.ContainerAdjustment = field(default_factory=api.ContainerAdjustment)
+    updates: list[api.ContainerUpdate] = field(default_factory=list)
+
+
+@dataclass(slots=True, eq=False)
+class NRIStartContainer(NRIContainerEvent):
+    """StartContainer (`phase="start"`) or PostStartContainer (`"post_start"`, pid known). Notification."""
+
+    phase: Literal["start", "post_start"] = "post_start"
+
+
+@dataclass(slots=True, eq=False)
+class NRIUpdateContainer(NRIContainerEvent, UpdatesMixin):
+    """UpdateContainer: `linux_resources` is what the runtime will apply; the entry for this container in
+    `updates` is merged over it by the runtime (the plugin's fields win)."""
+
+    linux_resources: api.LinuxResources = field(default_factory=api.LinuxResources)
+    updates: list[api.ContainerUpdate] = field(default_factory=list)
+
+
+@dataclass(slots=True, eq=False)
+class NRIStopContainer(NRIContainerEvent, UpdatesMixin):
+    """StopContainer: `updates` for the remaining containers (applied after the stop)."""
+
+    updates: list[api.ContainerUpdate] = field(default_factory=list)
+
+
+@dataclass(slots=True, eq=False)
+class NRIRemoveContainer(NRIContainerEvent):
+    """RemoveContainer. Notification; the container leaves NodeState after the hooks ran."""
+
+
+@dataclass(slots=True, eq=False)
+class NRISynchronize(RequestEvent, UpdatesMixin):
+    """Synchronize (after every (re)connect): the union of all chunks; fill `updates` to correct any
+    existing container. `reconnect` is true for every sync after the first one of this process."""
+
+    pods: list[api.PodSandbox] = field(default_factory=list)
+    containers: list[api.Container] = field(default_factory=list)
+    updates: list[api.ContainerUpdate] = field(default_factory=list)
+    reconnect: bool = False
+
+
+_STATE_NAMES: dict[int, str] = {
+    int(api.CONTAINER_CREATED): "created",
+    int(api.CONTAINER_PAUSED): "paused",
+    int(api.CONTAINER_RUNNING): "running",
+    int(api.CONTAINER_STOPPED): "stopped",
+}
+
+
+def container_state_name(state: int) -> str:
+    """NRI ContainerState as a lower-case word ("" when unknown)."""
+    return _STATE_NAMES.get(int(state), "")
+
+
+def runtime_sandbox(pod: api.PodSandbox) -> RuntimeSandbox:
+    """The NodeState record for an NRI PodSandbox."""
+    return RuntimeSandbox(
+        id=pod.id,
+        uid=pod.uid,
+        name=pod.name,
+        namespace=pod.namespace,
+        labels=dict(pod.labels),
+        annotations=dict(pod.annotations),
+        cgroup_parent=pod.linux.cgroup_parent,
+    )
+
+
+def runtime_container(ctr: api.Container, pod_uid: str, state: str | None = None) -> RuntimeContainer:
+    """The NodeState record for an NRI Container (`state` overrides the message's state)."""
+    return RuntimeContainer(
+        id=ctr.id,
+        sandbox_id=ctr.pod_sandbox_id,
+        pod_uid=pod_uid,
+        name=ctr.name,
+        cgroups_path=ctr.linux.cgroups_path,
+        pid=ctr.pid,
+        state=container_state_name(ctr.state) if state is None else state,
+    )

@@ -1,0 +1,44 @@
+"""Prometheus metrics of the NRI plugin (on koordqos.observability.REGISTRY)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+from koordqos.observability import REGISTRY
+
+RECONNECTS = Counter(
+    "koordqos_nri_reconnects_total",
+    "Connection attempts to the NRI runtime after the first one",
+    registry=REGISTRY,
+)
+CONNECT_FAILURES = Counter(
+    "koordqos_nri_connect_failures_total",
+    "NRI connection or registration attempts that failed, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+PROTOCOL_ERRORS = Counter(
+    "koordqos_nri_protocol_errors_total",
+    "Connections dropped for malformed frames, oversize messages, bad protobuf or stream-id violations",
+    ["role"],
+    registry=REGISTRY,
+)
+DROPPED_MESSAGES = Counter(
+    "koordqos_nri_dropped_messages_total",
+    "Frames or ttrpc messages ignored (unknown conn id, data frames, responses to inactive streams)",
+    ["role", "kind"],
+    registry=REGISTRY,
+)
+REQUESTS = Counter(
+    "koordqos_nri_requests_total",
+    "NRI calls served by the plugin, by method and outcome",
+    ["method", "outcome"],
+    registry=REGISTRY,
+)
+REQUEST_SECONDS = Histogram(
+    "koordqos_nri_request_seconds",
+    "Plugin-side time per NRI call (decode, hooks, encode)",
+    ["method"],
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2),
+    registry=REGISTRY,
+)

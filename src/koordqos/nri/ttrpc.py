@@ -1,0 +1,186 @@
+"""ttrpc (containerd/ttrpc v1.2) message framing and envelopes, sans-I/O.
+
+A ttrpc message is a 10-byte big-endian header (data length, stream id, type, flags) followed by `length`
+bytes of protobuf: a `Request` or `Response` envelope (koordqos.nri.api.ttrpc_pb2). `TtrpcDecoder` turns
+a byte stream fed in arbitrary pieces into messages; the encoders build messages. Stream-id rules (odd,
+strictly increasing, chosen by the client) are checked by `ServerStreams` and allocated by
+`ClientStreams`. Every malformed input raises `ProtocolError` and nothing else.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from koordqos.errors import ProtocolError
+from koordqos.nri.api import ttrpc_pb2
+
+HEADER_SIZE = 10
+MAX_DATA_SIZE = 4 << 20  # ttrpc's message length limit (4 MiB)
+_HEADER = struct.Struct(">IIBB")
+
+
+class MessageType(enum.IntEnum):
+    """ttrpc message types."""
+
+    REQUEST = 1
+    RESPONSE = 2
+    DATA = 3
+
+
+class Code(enum.IntEnum):
+    """gRPC status codes used on ttrpc."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    RESOURCE_EXHAUSTED = 8
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One ttrpc message: header fields and the raw (undecoded) data."""
+
+    stream_id: int
+    type: int
+    flags: int
+    data: bytes
+
+
+def encode_message(stream_id: int, mtype: int, data: bytes, flags: int = 0) -> bytes:
+    """Header + data as one bytes object; raises ProtocolError for data over 4 MiB."""
+    if len(data) > MAX_DATA_SIZE:
+        raise ProtocolError(f"ttrpc message of {len(data)} bytes exceeds the 4 MiB limit")
+    return _HEADER.pack(len(data), stream_id, mtype, flags) + data
+
+
+class TtrpcDecoder:
+    """Parses ttrpc messages out of one logical connection's byte stream."""
+
+    __slots__ = ("_buf", "_need")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._need = HEADER_SIZE  # bytes needed before the next parse step can succeed
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held that do not yet form a complete message."""
+        return len(self._buf)
+
+    def remaining(self) -> int | None:
+        """Bytes still missing from the message in progress (None when between messages or mid-header)."""
+        if len(self._buf) < HEADER_SIZE:
+            return None
+        length: int = struct.unpack_from(">I", self._buf)[0]
+        return HEADER_SIZE + length - len(self._buf)
+
+    def feed(self, data: bytes) -> list[Message]:
+        """Add bytes; return the messages completed by them (possibly none)."""
+        buf = self._buf
+        buf += data
+        if len(buf) < self._need:
+            return []
+        out: list[Message] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= HEADER_SIZE:
+            length, stream_id, mtype, flags = _HEADER.unpack_from(buf, pos)
+            if length > MAX_DATA_SIZE:
+                raise ProtocolError(
+                    f"ttrpc message of {length} bytes on stream {stream_id} exceeds the 4 MiB limit"
+                )
+            stop = pos + HEADER_SIZE + length
+            if stop > end:
+                self._need = stop - pos
+                break
+            out.append(Message(stream_id, mtype, flags, bytes(buf[pos + HEADER_SIZE : stop])))
+            pos = stop
+        else:
+            self._need = HEADER_SIZE
+        if pos:
+            del buf[:pos]
+        return out
+
+
+# -- envelopes ------------------------------------------------------------------------------------
+
+
+def encode_request(service: str, method: str, payload: bytes, timeout_nano: int = 0) -> bytes:
+    """A serialized `Request` envelope."""
+    return ttrpc_pb2.Request(
+        service=service, method=method, payload=payload, timeout_nano=timeout_nano
+    ).SerializeToString()
+
+
+def decode_request(data: bytes) -> ttrpc_pb2.Request:
+    """Parse a `Request` envelope; ProtocolError when it does not parse."""
+    req = ttrpc_pb2.Request()
+    try:
+        req.ParseFromString(data)
+    except (DecodeError, ValueError) as exc:
+        raise ProtocolError(f"malformed ttrpc Request envelope: {exc}") from None
+    return req
+
+
+def encode_response(payload: bytes = b"", code: int = Code.OK, message: str = "") -> bytes:
+    """A serialized `Response` envelope; an error carries no payload (the Go client decodes that first)."""
+    if code == Code.OK:
+        # an empty success is an empty envelope (the RegisterPlugin reply is a bare 10-byte header)
+        return ttrpc_pb2.Response(payload=payload).SerializeToString() if payload else b""
+    return ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=code, message=message)).SerializeToString()
+
+
+def decode_response(data: bytes) -> ttrpc_pb2.Response:
+    """Parse a `Response` envelope; ProtocolError when it does not parse."""
+    resp = ttrpc_pb2.Response()
+    try:
+        resp.ParseFromString(data)
+    except (DecodeError, ValueError) as exc:
+        raise ProtocolError(f"malformed ttrpc Response envelope: {exc}") from None
+    return resp
+
+
+# -- stream ids -----------------------------------------------------------------------------------
+
+
+class ServerStreams:
+    """The server's check of client stream ids: odd and strictly increasing (ttrpc v1.2 rules)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def accept(self, stream_id: int) -> None:
+        """Record a request's stream id; ProtocolError when it breaks the rules."""
+        if stream_id % 2 == 0:
+            raise ProtocolError(f"request on even stream id {stream_id} (client streams must be odd)")
+        if stream_id <= self.last:
+            raise ProtocolError(f"request stream id {stream_id} reused or decreasing (last {self.last})")
+        self.last = stream_id
+
+
+class ClientStreams:
+    """The client's stream ids: 1, 3, 5, … on one logical connection."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next = 1
+
+    def next(self) -> int:
+        """Allocate the next stream id."""
+        sid = self._next
+        if sid > 0xFFFFFFFF:
+            raise ProtocolError("ttrpc stream ids exhausted on this connection")
+        self._next += 2
+        return sid

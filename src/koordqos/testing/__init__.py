@@ -1,0 +1,1 @@
+"""Importable test doubles: synthetic node trees, fake servers, mock runtimes."""

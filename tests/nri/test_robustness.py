@@ -1,0 +1,238 @@
+"""Deadlines, reconnects and malformed input: the plugin never misses the runtime's deadline and always
+comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordqos.agent import AgentContext
+from koordqos.config import NRISettings, build_config
+from koordqos.decisions import DecisionLog
+from koordqos.errors import ConfigError
+from koordqos.events.bus import EventBus
+from koordqos.nri import setup
+from koordqos.nri.api import nri_api_pb2 as api
+from koordqos.nri.events import NRICreateContainer, NRISynchronize
+from koordqos.nri.mux import encode_frame, frames_for
+from koordqos.nri.plugin import NRIPlugin, hook_deadline, parse_event_mask, validate_event_mask
+from koordqos.nri.ttrpc import MessageType, encode_message, encode_request
+from koordqos.testing.mock_nri import MockRuntime, RuntimeCallError, sample_container, sample_node, sample_pod
+
+from .conftest import PluginRunner, metric, settings
+
+
+async def _hang(ev: Any, state: Any) -> None:
+    await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize("policy", ["Ignore", "Fail"])
+async def test_hanging_hook_still_replies_inside_the_deadline(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus, policy: str
+) -> None:
+    bus.register_hook(NRICreateContainer, "hang", _hang)
+    # the mock drops the plugin (like containerd) if a reply misses its request timeout
+    async with MockRuntime(sock_path, request_timeout=1.0) as rt:
+        start_plugin(failure_policy=policy)
+        await rt.wait_joined(timeout=5)
+        pod = sample_pod(1)
+        if policy == "Ignore":
+            resp = await rt.create_container(pod, sample_container(pod, 0))
+            assert resp is not None
+            assert resp.ByteSize() == 0
+        else:
+            with pytest.raises(RuntimeCallError, match="overran"):
+                await rt.create_container(pod, sample_container(pod, 0))
+        assert not rt.links[0].dropped.is_set()
+        assert rt.links[0].drop_reason == ""
+
+
+def test_hook_deadline_keeps_a_margin() -> None:
+    assert hook_deadline(2.0, 0.0) == pytest.approx(1.6)
+    assert hook_deadline(2.0, 0.0, timeout_nano=1_000_000_000) == pytest.approx(0.8)
+    assert hook_deadline(10.0, 1.0) == pytest.approx(8.5)
+    assert hook_deadline(0.2, 0.5) == 0.001
+
+
+async def test_runtime_restart_reconnects_and_resynchronizes(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+) -> None:
+    syncs: list[bool] = []
+    bus.register_hook(NRISynchronize, "seen", lambda ev, st: syncs.append(ev.reconnect))
+    rt = MockRuntime(sock_path)
+    rt.pods, rt.containers = sample_node(3, 2)
+    await rt.start()
+    plugin = start_plugin()
+    await rt.wait_joined(timeout=5)
+    assert len(bus.state.containers) == 6
+    before = metric("koordqos_nri_reconnects_total")
+    await rt.stop()  # the socket file is removed
+    assert not await asyncio.to_thread(sock_path.exists)
+    async with asyncio.timeout(5):
+        while plugin.status["nri"] not in ("backoff", "connecting"):
+            await asyncio.sleep(0.005)
+    assert not bus.state.nri_connected
+    rt2 = MockRuntime(sock_path)
+    rt2.pods, rt2.containers = sample_node(2, 2)  # a container went away while we were disconnected
+    async with rt2:
+        link = await rt2.wait_joined(timeout=5)
+        await plugin.wait_connected(2)
+        assert link.sync_chunks == 1
+        assert syncs == [False, True]
+        assert set(bus.state.containers) == {c.id for c in rt2.containers}
+        assert len(bus.state.sandboxes) == 2
+        assert bus.state.nri_connected
+    assert metric("koordqos_nri_reconnects_total") > before
+    await rt.stop()
+
+
+async def test_socket_absent_at_start(sock_path: Path, start_plugin: Callable[..., NRIPlugin]) -> None:
+    plugin = start_plugin()
+    before = metric("koordqos_nri_connect_failures_total", reason="connect")
+    async with asyncio.timeout(5):
+        while metric("koordqos_nri_connect_failures_total", reason="connect") < before + 2:
+            await asyncio.sleep(0.005)
+    assert not plugin.connected
+    async with MockRuntime(sock_path) as rt:
+        await rt.wait_joined(timeout=5)
+        await plugin.wait_connected(2)
+
+
+def _request(sid: int, method: str, payload: bytes, conn: int = 1) -> bytes:
+    env = encode_request("nri.pkg.api.v1alpha1.Plugin", method, payload, 1_000_000_000)
+    return b"".join(frames_for(conn, encode_message(sid, MessageType.REQUEST, env)))
+
+
+_PAYLOAD = api.CreateContainerRequest(pod=sample_pod(1)).SerializeToString()
+_BAD_INPUT = {
+    "garbage": b"\xde\xad\xbe\xef" * 4,
+    "oversize-message": encode_frame(
+        1, (5 << 20).to_bytes(4, "big") + (101).to_bytes(4, "big") + b"\x01\x00"
+    ),
+    "oversize-frame": (1).to_bytes(4, "big") + (64 << 20).to_bytes(4, "big"),
+    "bad-envelope": encode_frame(1, encode_message(101, 1, b"\x0a\xff\xff")),
+    "bad-protobuf": _request(101, "CreateContainer", b"\x0a\x05\x0a\xff\xff\xff\xff"),
+    "even-stream-id": _request(100, "CreateContainer", _PAYLOAD),
+    "reused-stream-id": _request(1, "CreateContainer", _PAYLOAD),
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_INPUT))
+async def test_malformed_input_drops_and_reestablishes(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], case: str
+) -> None:
+    async with MockRuntime(sock_path) as rt:
+        plugin = start_plugin()
+        await rt.wait_joined(timeout=5)
+        before = metric("koordqos_nri_protocol_errors_total", role="plugin")
+        rt.inject(_BAD_INPUT[case])
+        async with asyncio.timeout(5):
+            await rt.links[0].dropped.wait()
+        link = await rt.wait_joined(timeout=5, after=1)
+        assert metric("koordqos_nri_protocol_errors_total", role="plugin") == before + 1
+        await plugin.wait_connected(2)
+        pod = sample_pod(2)
+        assert await rt.create_container(pod, sample_container(pod, 0)) is not None
+        assert not link.dropped.is_set()
+
+
+async def test_unknown_conn_and_data_frames_are_ignored(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin]
+) -> None:
+    async with MockRuntime(sock_path) as rt:
+        start_plugin()
+        await rt.wait_joined(timeout=5)
+        rt.inject(encode_frame(7, b"whatever") + encode_frame(1, encode_message(99, MessageType.DATA, b"x")))
+        pod = sample_pod(2)
+        assert await rt.create_container(pod, sample_container(pod, 0)) is not None
+        assert len(rt.links) == 1
+        assert not rt.links[0].dropped.is_set()
+
+
+async def test_stopping_closes_the_socket(sock_path: Path, runner: PluginRunner, bus: EventBus) -> None:
+    async with MockRuntime(sock_path) as rt:
+        plugin = runner.start(NRIPlugin(bus, settings(sock_path)))
+        link = await rt.wait_joined(timeout=5)
+        await runner.stop()
+        async with asyncio.timeout(2):
+            await link.dropped.wait()
+        assert link.drop_reason == "plugin closed the connection"
+        assert plugin.status["nri"] == "stopped"
+
+
+async def test_prelaunched_plugin_uses_fd_from_env(
+    sock_path: Path, runner: PluginRunner, bus: EventBus
+) -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    rt = MockRuntime(sock_path)
+    try:
+        env = {
+            "NRI_PLUGIN_SOCKET": str(theirs.fileno()),
+            "NRI_PLUGIN_NAME": "koordqos",
+            "NRI_PLUGIN_IDX": "42",
+        }
+        plugin = NRIPlugin.from_env(bus, settings(sock_path), env)
+        assert plugin.socket_fd == theirs.fileno()
+        assert plugin.settings.plugin_index == "42"
+        theirs.detach()  # the plugin owns the fd now
+        await rt.adopt(ours)
+        runner.start(plugin)
+        link = await rt.wait_joined(timeout=5)
+        assert link.index == "42"
+        assert not await asyncio.to_thread(sock_path.exists)  # nothing was dialled
+    finally:
+        await rt.stop()
+
+
+async def test_mock_drops_a_plugin_that_never_registers(sock_path: Path) -> None:
+    async with MockRuntime(sock_path, registration_timeout=0.1) as rt:
+        _, writer = await asyncio.open_unix_connection(str(sock_path))
+        try:
+            async with asyncio.timeout(5):
+                while not rt.links or not rt.links[0].dropped.is_set():
+                    await asyncio.sleep(0.01)
+            assert rt.links[0].drop_reason == "plugin registration timed out"
+        finally:
+            writer.close()
+
+
+def _ctx(sock: Path, enabled: bool) -> AgentContext:
+    cfg = build_config({"nri": {"enabled": enabled, "socket": str(sock)}, "kube": {"node_name": "n"}})
+    return AgentContext(cfg, EventBus(), DecisionLog(dry_run=False), local_mode=True)
+
+
+def test_setup_registers_the_plugin(sock_path: Path) -> None:
+    ctx = _ctx(sock_path, True)
+    comps = setup(ctx)
+    assert comps == [ctx.services["nri_plugin"]]
+    assert comps[0].name == "nri"
+    assert not comps[0].essential
+    assert ctx.status["nri"] == "connecting"
+    off = _ctx(sock_path, False)
+    assert setup(off) == []
+    assert off.status["nri"] == "disabled"
+    assert "nri_plugin" not in off.services
+
+
+def test_backoff_is_exponential_capped_and_jittered(bus: EventBus, sock_path: Path) -> None:
+    plugin = NRIPlugin(bus, settings(sock_path, backoff_seconds=1.0, backoff_cap_seconds=30.0))
+    for attempt, base in [(1, 1.0), (2, 2.0), (5, 16.0), (6, 30.0), (60, 30.0)]:
+        delays = {plugin.backoff(attempt) for _ in range(50)}
+        assert all(base * 0.9 <= d <= base * 1.1 for d in delays)
+        assert len(delays) > 1  # jittered
+
+
+def test_event_masks() -> None:
+    assert parse_event_mask(["RunPodSandbox", "create_container", "REMOVE-CONTAINER"]) == 0x1 | 0x8 | 0x400
+    with pytest.raises(ConfigError, match="unknown NRI event"):
+        parse_event_mask(["Nope"])
+    for bad in (0, 0x4000, 0x2000 | 0x8, 0x800):
+        with pytest.raises(ConfigError):
+            validate_event_mask(bad)
+    with pytest.raises(ConfigError):
+        NRIPlugin(EventBus(), NRISettings(), events_mask=0)
