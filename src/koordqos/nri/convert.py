@@ -120,6 +120,17 @@ class NRIHooks:
         self.policy = policy
         self.default_runtime = default_runtime
         self._warned: set[str] = set()
+        self._dirs: dict[str, str] = {}  # runtime cgroup parent → checked relative dir
+
+    def _normalize(self, parent: str) -> str:
+        # memoised: every container of a pod repeats the pod's parent, and the path checks are not free
+        rel = self._dirs.get(parent)
+        if rel is None:
+            rel = self.layout.normalize_parent(parent)
+            if len(self._dirs) >= 8192:
+                self._dirs.clear()
+            self._dirs[parent] = rel
+        return rel
 
     def register(self, bus: EventBus) -> None:
         """Attach to the NRI request events."""
@@ -145,7 +156,7 @@ class NRIHooks:
         if not parent:
             return ""  # project decision: a missing pod.linux is an empty parent
         try:
-            return self.layout.normalize_parent(parent)
+            return self._normalize(parent)
         except CgroupError as exc:
             self._bad("cgroup_parent", f"{pod.namespace}/{pod.name}", exc)
             return ""
@@ -192,7 +203,7 @@ class NRIHooks:
         cdir = ""
         try:
             if ctr.linux.cgroups_path:
-                cdir = self.layout.normalize_parent(ctr.linux.cgroups_path)
+                cdir = self._normalize(ctr.linux.cgroups_path)
             elif pdir:
                 cdir = self.layout.container_dir_in(pdir, container_id)
         except CgroupError as exc:
@@ -253,7 +264,7 @@ class NRIHooks:
         ctx = self.container_context(event.pod, event.container, state)
         self.hooks.run_stage(Stage.PRE_CREATE_CONTAINER, ctx, self.policy)
         resp = ctx.response
-        if not (resp.resources.is_origin_set() or resp.add_envs or resp.oom_score_adj is not None):
+        if not (nri_visible(resp.resources) or resp.add_envs or resp.oom_score_adj is not None):
             return
         if self._record(ctx, "adjust", _summary(resp.resources, resp.oom_score_adj), "CreateContainer"):
             fill_adjustment(event.adjust, ctx)
@@ -265,7 +276,7 @@ class NRIHooks:
         ctx = self.container_context(event.pod, event.container, state, requested)
         self.hooks.run_stage(Stage.PRE_UPDATE_CONTAINER_RESOURCES, ctx, self.policy)
         res = ctx.response.resources
-        if res.is_origin_set() and self._record(ctx, "update", _summary(res), "UpdateContainer"):
+        if nri_visible(res) and self._record(ctx, "update", _summary(res), "UpdateContainer"):
             fill_resources(event.update_for(event.container.id).linux.resources, res)
 
     def synchronize(self, event: NRISynchronize, state: NodeState) -> None:
@@ -286,7 +297,7 @@ class NRIHooks:
             ctx = self.container_context(pod, ctr, state, None, pod_dirs[pod.id], extended[pod.id])
             self.hooks.run_stage(Stage.PRE_UPDATE_CONTAINER_RESOURCES, ctx, self.policy)
             diff = differing(ctx.response.resources, ctx.request.resources)
-            if diff.is_origin_set() and self._record(ctx, "update", _summary(diff), "Synchronize"):
+            if nri_visible(diff) and self._record(ctx, "update", _summary(diff), "Synchronize"):
                 fill_resources(event.update_for(ctr.id).linux.resources, diff)
 
     def remove_pod_sandbox(self, event: NRIRemovePodSandbox, state: NodeState) -> None:
@@ -309,6 +320,16 @@ def _summary(res: Resources, oom: int | None = None) -> str:
         if v is not None
     ]
     return " ".join(parts)
+
+
+def nri_visible(res: Resources) -> bool:
+    """Whether `res` sets a field NRI can carry (an empty cpuset means "not set" in NRI, §8.3)."""
+    return (
+        res.cpu_shares is not None
+        or res.cfs_quota is not None
+        or bool(res.cpuset)
+        or (res.memory_limit is not None)
+    )
 
 
 def differing(want: Resources, have: Resources | None) -> Resources:
@@ -345,7 +366,7 @@ def fill_resources(target: api.LinuxResources, res: Resources) -> None:
 def fill_adjustment(adjust: api.ContainerAdjustment, ctx: ContainerContext) -> None:
     """koordlet NriDone for CreateContainer: resources, env and (extension) oom_score_adj."""
     resp = ctx.response
-    if resp.resources.is_origin_set():
+    if nri_visible(resp.resources):
         fill_resources(adjust.linux.resources, resp.resources)
     for key, value in resp.add_envs.items():
         adjust.env.add(key=key, value=value)

@@ -1,0 +1,205 @@
+"""Runtime hooks: NRI CreateContainer with every hook enabled, plugin-side p50/p99, and Synchronize of a
+200-pod / 400-container node with the hooks correcting every BE container.
+
+The plugin (this process) runs NRIPlugin with the runtime hooks of koordqos (BatchResource, CPUNormalization,
+CPUSetAllocator, CoreSched, GroupIdentity, OOMScoreAdj; `RuntimeHooks` + `nri.convert.NRIHooks`) over a
+synthetic cgroup tree. The runtime (a child process: this script with `--role runtime`) is the mock NRI
+runtime; it synchronizes the node, then sends CreateContainer calls for a BE pod with batch resources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import machine, median, parser, percentile, table
+from koordqos.cgroups.executor import CgroupExecutor
+from koordqos.config import NRISettings
+from koordqos.decisions import DecisionLog
+from koordqos.events.bus import EventBus
+from koordqos.features import DEFAULT_GATES
+from koordqos.hooks import probe_bvt_system
+from koordqos.hooks.runtime import HookOptions, RuntimeHooks
+from koordqos.nri.api import nri_api_pb2 as api
+from koordqos.nri.convert import NRIHooks
+from koordqos.nri.plugin import NRIPlugin
+from koordqos.testing.mock_nri import MockRuntime, sample_container, sample_node, sample_pod
+from koordqos.testing.nodefs import SyntheticNode
+
+ERS = json.dumps(
+    {
+        "containers": {
+            f"c{j}": {
+                "requests": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "2Gi"},
+                "limits": {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "4Gi"},
+            }
+            for j in range(16)
+        }
+    }
+)
+HOOK_GATES = (
+    "BatchResource",
+    "CPUNormalization",
+    "CPUSetAllocator",
+    "CoreSched",
+    "GroupIdentity",
+    "OOMScoreAdj",
+)
+
+
+def be(pod: api.PodSandbox) -> api.PodSandbox:
+    """Make a sample pod a BE pod with batch resources and an oom-score-adj annotation."""
+    pod.labels["koordinator.sh/qosClass"] = "BE"
+    pod.annotations["node.koordinator.sh/extended-resource-spec"] = ERS
+    pod.annotations["koordinator.sh/oom-score-adj"] = "500"
+    return pod
+
+
+async def runtime_role(sock: str, calls: int, pods: int, per_pod: int) -> None:
+    """The mock runtime side: sync, then `calls` CreateContainer round trips; JSON on stdout."""
+    rt = MockRuntime(sock, request_timeout=2.0)
+    rt.pods, rt.containers = sample_node(pods, per_pod)
+    for p in rt.pods:
+        be(p)
+    async with rt:
+        print("ready", flush=True)
+        link = await rt.wait_joined(timeout=30)
+        pod = be(sample_pod(pods + 1))
+        ctrs = [sample_container(pod, j, api.CONTAINER_CREATED) for j in range(16)]
+        rtts = []
+        for i in range(calls):
+            t0 = time.perf_counter()
+            resp = await rt.create_container(pod, ctrs[i % len(ctrs)])
+            rtts.append(time.perf_counter() - t0)
+            assert resp is not None
+            res = resp.adjust.linux.resources
+            assert (res.cpu.quota.value, res.cpu.shares.value) == (200000, 1024), res
+            assert resp.adjust.linux.oom_score_adj.value == 500
+        dropped = link.drop_reason
+        sync_updates = len(link.sync_updates)
+    print(
+        json.dumps(
+            {"sync_s": link.sync_seconds, "rtt": rtts, "dropped": dropped, "sync_updates": sync_updates}
+        ),
+        flush=True,
+    )
+
+
+async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
+    """One plugin + runtime-process run; returns the figures of this run."""
+    tmp = Path(tempfile.mkdtemp(prefix="kqhbench-", dir="/tmp"))
+    sock = tmp / "nri.sock"
+    node = SyntheticNode(tmp / "node", extensions=("cpu.bvt_warp_ns", "cpu.idle"))
+    cmd = [
+        sys.executable,
+        __file__,
+        "--role",
+        "runtime",
+        "--socket",
+        str(sock),
+        "--calls",
+        str(calls),
+        "--pods",
+        str(pods),
+        "--per-pod",
+        str(per_pod),
+    ]
+    proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    try:
+        assert (await proc.stdout.readline()).strip() == b"ready"
+        bus = EventBus()
+        gates = dict(DEFAULT_GATES) | dict.fromkeys(HOOK_GATES, True)
+        hooks = RuntimeHooks(
+            HookOptions(
+                gates=gates,
+                bvt=probe_bvt_system(node.layout, node.proc_root),
+                core_sched_supported=False,
+                core_sched_reason="bench",
+            )
+        )
+        assert sorted(hooks.names) == sorted(HOOK_GATES), hooks.names
+        decisions = DecisionLog()
+        NRIHooks(hooks, node.layout, CgroupExecutor(node.layout, decisions)).register(bus)
+        plugin = NRIPlugin(bus, NRISettings(socket=sock))
+        plugin.timings = {}
+        task = asyncio.create_task(plugin.run())
+        out = json.loads(await proc.stdout.readline())
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await proc.wait()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if out["dropped"] not in ("", "plugin closed the connection"):
+        raise SystemExit(f"the runtime dropped the plugin: {out['dropped']}")
+    if out["sync_updates"] != pods * per_pod:
+        raise SystemExit(f"Synchronize corrected {out['sync_updates']} of {pods * per_pod} containers")
+    create = plugin.timings["CreateContainer"]
+    rtt = out["rtt"]
+    return {
+        "rtt_p50": percentile(rtt, 50) * 1e6,
+        "rtt_p99": percentile(rtt, 99) * 1e6,
+        "plugin_p50": percentile(create, 50) * 1e6,
+        "plugin_p99": percentile(create, 99) * 1e6,
+        "sync_plugin_ms": sum(plugin.timings["Synchronize"]) * 1e3,
+    }
+
+
+def main() -> None:
+    """Parse flags and run (or play the runtime role)."""
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--role", choices=["plugin", "runtime"], default="plugin")
+    p.add_argument("--socket", default="")
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--pods", type=int, default=200)
+    p.add_argument("--per-pod", type=int, default=2)
+    args = p.parse_args()
+    if args.role == "runtime":
+        asyncio.run(runtime_role(args.socket, args.calls, args.pods, args.per_pod))
+        return
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    calls = 200 if args.quick else args.calls
+    runs = 1 if args.quick else args.runs
+    results = [asyncio.run(one_run(calls, args.pods, args.per_pod)) for _ in range(runs)]
+    med = {k: median([r[k] for r in results]) for k in results[0]}
+    n_ctr = args.pods * args.per_pod
+    print(
+        f"Runtime hooks benchmark — {machine()}; {calls} CreateContainer calls, all six hooks, "
+        f"median of {runs} run(s)"
+    )
+    print(
+        table(
+            [
+                [
+                    "CreateContainer plugin-side p50 / p99 (all hooks)",
+                    f"{med['plugin_p50']:.0f} / {med['plugin_p99']:.0f} µs",
+                    "p99 ≤ 300 µs",
+                ],
+                [
+                    "CreateContainer round trip p50 / p99 (runtime process)",
+                    f"{med['rtt_p50']:.0f} / {med['rtt_p99']:.0f} µs",
+                    "",
+                ],
+                [
+                    f"Synchronize {args.pods} pods / {n_ctr} containers (all corrected), plugin time",
+                    f"{med['sync_plugin_ms']:.1f} ms",
+                    "≤ 150 ms",
+                ],
+            ],
+            ["measure", "value", "budget"],
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""Hook stages and the pod / container / kube-QoS contexts hooks read (request) and fill (response).
+
+Contexts are independent of how they were built: NRI (`nri/convert.py`), the proxy hook service or the
+reconciler all produce the same objects, and hooks never see a protocol message.
+`cgroup_parent` is always a directory relative to the cgroup root (v1: below each controller's mount).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from koordqos.hooks.resources import (
+    ExtendedResources,
+    ExtendedResourceSpec,
+    Resources,
+    extended_from_annotation,
+    extended_from_pod_spec,
+    resources_from_container,
+    resources_from_pod,
+)
+from koordqos.model.pod import LABEL_QOS, ContainerInfo, KubeQoS, PodInfo, QoSClass
+
+Source = Literal["nri", "proxy", "reconciler"]
+
+
+class Stage(enum.StrEnum):
+    """koordlet's RuntimeHookType values, in their fixed order."""
+
+    PRE_RUN_POD_SANDBOX = "PreRunPodSandbox"
+    POST_STOP_POD_SANDBOX = "PostStopPodSandbox"
+    PRE_CREATE_CONTAINER = "PreCreateContainer"
+    PRE_START_CONTAINER = "PreStartContainer"
+    POST_START_CONTAINER = "PostStartContainer"
+    PRE_UPDATE_CONTAINER_RESOURCES = "PreUpdateContainerResources"
+    POST_STOP_CONTAINER = "PostStopContainer"
+    PRE_REMOVE_RUN_POD_SANDBOX = "PreRemoveRunPodSandbox"
+
+
+STAGES: tuple[Stage, ...] = tuple(Stage)
+POD_STAGES = frozenset(
+    {Stage.PRE_RUN_POD_SANDBOX, Stage.POST_STOP_POD_SANDBOX, Stage.PRE_REMOVE_RUN_POD_SANDBOX}
+)
+
+
+def qos_from_labels(labels: Mapping[str, str] | None) -> QoSClass:
+    """Raw koordinator QoS from the label (annotations are ignored); unknown or missing is NONE."""
+    if not labels:
+        return QoSClass.NONE
+    try:
+        return QoSClass(labels.get(LABEL_QOS, ""))
+    except ValueError:
+        return QoSClass.NONE
+
+
+def kube_qos_from_cgroup_parent(cgroup_parent: str) -> KubeQoS:
+    """koordlet GetKubeQoSByCgroupParent: besteffort, else burstable, else Guaranteed."""
+    if "besteffort" in cgroup_parent:
+        return KubeQoS.BESTEFFORT
+    if "burstable" in cgroup_parent:
+        return KubeQoS.BURSTABLE
+    return KubeQoS.GUARANTEED
+
+
+@dataclass(slots=True)
+class PodRequest:
+    """What hooks know about a pod sandbox."""
+
+    uid: str
+    namespace: str = ""
+    name: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    cgroup_parent: str = ""
+    resources: Resources | None = None
+    extended: ExtendedResourceSpec | None = None
+    phase: str = ""
+
+    @property
+    def qos(self) -> QoSClass:
+        """Raw koordinator QoS class (label only)."""
+        return qos_from_labels(self.labels)
+
+    @property
+    def kube_qos(self) -> KubeQoS:
+        """Kubernetes QoS as the cgroup parent tells it."""
+        return kube_qos_from_cgroup_parent(self.cgroup_parent)
+
+
+@dataclass(slots=True)
+class PodResponse:
+    """What hooks set for a pod: written to the pod cgroup by the completion step."""
+
+    resources: Resources = field(default_factory=Resources)
+
+
+@dataclass(slots=True)
+class PodContext:
+    """A pod-level hook invocation."""
+
+    request: PodRequest
+    response: PodResponse = field(default_factory=PodResponse)
+    source: Source = "reconciler"
+
+
+@dataclass(slots=True)
+class ContainerRequest:
+    """What hooks know about a container (or, with `sandbox`, the pod's sandbox container)."""
+
+    pod_uid: str
+    container_name: str = ""
+    container_id: str = ""  # "<runtime>://<id>"
+    sandbox: bool = False
+    pod_namespace: str = ""
+    pod_name: str = ""
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    pod_cgroup_parent: str = ""
+    cgroup_parent: str = ""  # the container's own directory; "" when unknown
+    envs: Mapping[str, str] = field(default_factory=dict)
+    resources: Resources | None = None
+    extended: ExtendedResources | None = None
+
+    @property
+    def qos(self) -> QoSClass:
+        """Raw koordinator QoS class of the pod (label only)."""
+        return qos_from_labels(self.pod_labels)
+
+    @property
+    def kube_qos(self) -> KubeQoS:
+        """Kubernetes QoS as the cgroup parent tells it."""
+        return kube_qos_from_cgroup_parent(self.cgroup_parent or self.pod_cgroup_parent)
+
+
+@dataclass(slots=True)
+class ContainerResponse:
+    """What hooks set for a container: NRI adjustment/update fields, or container cgroup files."""
+
+    resources: Resources = field(default_factory=Resources)
+    add_envs: dict[str, str] = field(default_factory=dict)
+    oom_score_adj: int | None = None
+
+
+@dataclass(slots=True)
+class ContainerContext:
+    """A container-level hook invocation."""
+
+    request: ContainerRequest
+    response: ContainerResponse = field(default_factory=ContainerResponse)
+    source: Source = "reconciler"
+
+
+@dataclass(slots=True)
+class KubeQoSContext:
+    """A kube-QoS-directory reconcile (Guaranteed / Burstable / BestEffort)."""
+
+    kube_qos: KubeQoS
+    cgroup_parent: str
+    response: PodResponse = field(default_factory=PodResponse)
+
+
+HookContext = PodContext | ContainerContext
+
+
+def pod_extended(pod: PodInfo) -> ExtendedResourceSpec | None:
+    """Batch resources of a pod: the spec first, else the extended-resource-spec annotation.
+
+    Raises ExtendedResourceSpecError when only a malformed annotation is there.
+    """
+    return extended_from_pod_spec(pod) or extended_from_annotation(pod.annotations)
+
+
+def pod_context_from_pod(pod: PodInfo, cgroup_parent: str) -> PodContext:
+    """Reconciler pod context (Resources from the pod's effective requests and limits)."""
+    return PodContext(
+        PodRequest(
+            uid=pod.uid,
+            namespace=pod.namespace,
+            name=pod.name,
+            labels=pod.labels,
+            annotations=pod.annotations,
+            cgroup_parent=cgroup_parent,
+            resources=resources_from_pod(pod),
+            extended=pod_extended(pod),
+            phase=pod.phase,
+        ),
+        source="reconciler",
+    )
+
+
+def container_context_from_pod(
+    pod: PodInfo,
+    container: ContainerInfo,
+    pod_cgroup_parent: str,
+    cgroup_parent: str,
+    extended: ExtendedResourceSpec | None,
+) -> ContainerContext:
+    """Reconciler container context (Resources from the container's requests and limits)."""
+    ext = extended.containers.get(container.name) if extended is not None else None
+    return ContainerContext(
+        ContainerRequest(
+            pod_uid=pod.uid,
+            container_name=container.name,
+            container_id=container.container_id,
+            pod_namespace=pod.namespace,
+            pod_name=pod.name,
+            pod_labels=pod.labels,
+            pod_annotations=pod.annotations,
+            pod_cgroup_parent=pod_cgroup_parent,
+            cgroup_parent=cgroup_parent,
+            resources=resources_from_container(container),
+            extended=ext,
+        ),
+        source="reconciler",
+    )

@@ -1,0 +1,109 @@
+"""Cpuset strings ("0-3,8") and the scheduler's resource-status annotation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+from koordqos.model.quantity import to_milli
+
+ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
+
+
+def parse_cpuset(text: str) -> frozenset[int]:
+    """Parse a Linux cpuset list; ValueError on anything else."""
+    cpus: set[int] = set()
+    text = text.strip()
+    if not text:
+        return frozenset()
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"invalid cpuset {text!r}")
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            raise ValueError(f"invalid cpuset {text!r}: range {part} is reversed")
+        cpus.update(range(a, b + 1))
+    return frozenset(cpus)
+
+
+def format_cpuset(cpus: frozenset[int] | set[int]) -> str:
+    """Canonical cpuset list ("0-3,8")."""
+    out: list[str] = []
+    run: list[int] = []
+    for c in sorted(cpus):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class NUMANodeResource:
+    """One NUMA node of a pod's allocation: cpu in milli, batch-cpu as given (milli)."""
+
+    node: int
+    cpu: int = 0
+    batch_cpu: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceStatus:
+    """The scheduler's `resource-status`: the pinned cpuset and the NUMA nodes allocated."""
+
+    cpuset: str = ""
+    numa_nodes: tuple[NUMANodeResource, ...] = ()
+
+
+def parse_resource_status(annotations: Mapping[str, str] | None) -> ResourceStatus | None:
+    """The pod's resource status; None when absent; ValueError on malformed content."""
+    if not annotations:
+        return None
+    raw = annotations.get(ANNOTATION_RESOURCE_STATUS)
+    if raw is None:
+        return None
+    return _parse_status(raw)
+
+
+@lru_cache(maxsize=1024)
+def _parse_status(raw: str) -> ResourceStatus:
+    # cached by the annotation text (several hooks read it for every container of a pod)
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}: invalid JSON {raw[:64]!r}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}: expected an object")
+    nodes: list[NUMANodeResource] = []
+    for item in doc.get("numaNodeResources") or ():
+        if not isinstance(item, dict):
+            raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}: numaNodeResources: expected objects")
+        res = item.get("resources") or {}
+        try:
+            cpu = to_milli(res["cpu"]) if "cpu" in res else 0
+            batch = (
+                int(to_milli(res["kubernetes.io/batch-cpu"]) // 1000)
+                if "kubernetes.io/batch-cpu" in res
+                else 0
+            )
+        except Exception as exc:
+            raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}: {exc}") from None
+        nodes.append(NUMANodeResource(int(item.get("node", 0)), cpu, batch))
+    return ResourceStatus(str(doc.get("cpuset") or ""), tuple(nodes))
+
+
+def has_pinned_cpuset(annotations: Mapping[str, str] | None) -> bool:
+    """Whether the pod carries a non-empty resource-status cpuset (malformed counts as none)."""
+    try:
+        status = parse_resource_status(annotations)
+    except ValueError:
+        return False
+    return status is not None and bool(status.cpuset)

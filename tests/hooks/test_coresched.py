@@ -1,0 +1,224 @@
+"""CoreSched: spec cases K1–K19 (runtime-hooks.md §3.5) with a fake cookie kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from koordqos.hooks.context import ContainerContext, ContainerRequest, KubeQoSContext
+from koordqos.hooks.coresched import (
+    CookieEntry,
+    CookieManager,
+    CoreSched,
+    CoreSchedRule,
+    Param,
+    pod_enabled_and_group,
+    probe_sysfs,
+)
+from koordqos.hooks.rules import ClassCPUQOS, SLOView
+from koordqos.model.pod import KubeQoS, QoSClass
+
+ON = Param(True, True, False)
+BE_ON = Param(True, False, False)
+ENABLED_RULE = CoreSchedRule(
+    enable=True,
+    pod_qos_params={QoSClass.LSE: ON, QoSClass.LSR: ON, QoSClass.LS: ON, QoSClass.BE: BE_ON},
+    kube_qos_pod_params={KubeQoS.GUARANTEED: ON, KubeQoS.BURSTABLE: ON, KubeQoS.BESTEFFORT: BE_ON},
+)
+DISABLED_RULE = CoreSchedRule(
+    enable=False,
+    pod_qos_params=dict.fromkeys((QoSClass.LSE, QoSClass.LSR, QoSClass.LS, QoSClass.BE), Param()),
+    kube_qos_pod_params=dict.fromkeys((KubeQoS.GUARANTEED, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT), Param()),
+)
+GID = "koordinator.sh/core-sched-group-id"
+POLICY = "koordinator.sh/core-sched-policy"
+QOS = "koordinator.sh/qosClass"
+
+
+@pytest.mark.parametrize(
+    ("rule", "labels", "kube_qos", "want"),
+    [
+        (ENABLED_RULE, {QOS: "LS", GID: "group-xxx"}, KubeQoS.BURSTABLE, (True, "group-xxx-expeller")),  # K1
+        (ENABLED_RULE, {QOS: "BE"}, KubeQoS.BESTEFFORT, (True, "")),  # K2
+        (ENABLED_RULE, {}, KubeQoS.BURSTABLE, (True, "-expeller")),  # K3
+        (ENABLED_RULE, None, KubeQoS.BURSTABLE, (True, "-expeller")),  # K4
+        (ENABLED_RULE, {QOS: "LS", POLICY: "exclusive"}, KubeQoS.BURSTABLE, (True, "xxx-expeller")),  # K5
+        (DISABLED_RULE, {GID: "group-xxx"}, KubeQoS.BURSTABLE, (False, "group-xxx")),  # K6
+        (DISABLED_RULE, {QOS: "BE", GID: "group-xxx"}, KubeQoS.BESTEFFORT, (False, "group-xxx")),  # K7
+        (DISABLED_RULE, {}, KubeQoS.BURSTABLE, (False, "")),  # K8
+        (ENABLED_RULE, {QOS: "LS", POLICY: "none"}, KubeQoS.GUARANTEED, (False, "-expeller")),  # K9
+        (
+            CoreSchedRule(True, {QoSClass.LS: Param(True, False, False)}, {KubeQoS.BURSTABLE: Param(True)}),
+            {QOS: "LS"},
+            KubeQoS.BURSTABLE,
+            (True, ""),
+        ),  # K10
+        (
+            CoreSchedRule(False, ENABLED_RULE.pod_qos_params, ENABLED_RULE.kube_qos_pod_params),
+            {QOS: "LSR"},
+            KubeQoS.GUARANTEED,
+            (False, ""),
+        ),  # K11
+    ],
+    ids=["K1", "K2", "K3", "K4", "K5", "K6", "K7", "K8", "K9", "K10", "K11"],
+)
+def test_pod_enabled_and_group(
+    rule: CoreSchedRule, labels: dict[str, str] | None, kube_qos: KubeQoS, want: tuple[bool, str]
+) -> None:
+    assert pod_enabled_and_group(rule, labels, "xxx", kube_qos) == want
+
+
+def test_k12_parse_rule() -> None:
+    view = SLOView(
+        cpu_policy="coreSched", ls=ClassCPUQOS(True, 2, 0, True), be=ClassCPUQOS(True, -1, 1, False)
+    )
+    h = CoreSched(True, "test")
+    assert h.update_rule(view) is True
+    r = h.rule
+    f, ls, be = Param(), Param(True, True, False), Param(True, False, True)
+    assert (r.pod_qos_params[QoSClass.LSE], r.pod_qos_params[QoSClass.LSR]) == (f, f)
+    assert (r.pod_qos_params[QoSClass.LS], r.pod_qos_params[QoSClass.BE]) == (ls, be)
+    assert dict(r.kube_qos_pod_params) == {
+        KubeQoS.GUARANTEED: ls,
+        KubeQoS.BURSTABLE: ls,
+        KubeQoS.BESTEFFORT: be,
+    }
+    assert r.enable is True
+
+
+def test_k13_group_identity_policy_disables() -> None:
+    h = CoreSched(True, "test")
+    h.update_rule(SLOView(cpu_policy="coreSched", ls=ClassCPUQOS(True, 2, 0, True)))
+    assert h.update_rule(SLOView(cpu_policy="groupIdentity", ls=ClassCPUQOS(True, 2, 0, True))) is True
+    assert h.rule.enable is False
+    assert all(p == Param() for p in h.rule.pod_qos_params.values())
+
+
+def test_k14_kube_qos_cpu_idle() -> None:
+    h = CoreSched(True, "test")
+    new = KubeQoSContext(KubeQoS.BURSTABLE, "kubepods/burstable")
+    h.set_kube_qos_cpu_idle(new)
+    assert new.response.resources.cpu_idle is None
+    h.rule = DISABLED_RULE
+    burst = KubeQoSContext(KubeQoS.BURSTABLE, "kubepods/burstable")
+    h.set_kube_qos_cpu_idle(burst)
+    assert burst.response.resources.cpu_idle == 0
+    h.rule = CoreSchedRule(
+        True, {QoSClass.BE: Param(True, False, True)}, {KubeQoS.BESTEFFORT: Param(True, False, True)}
+    )
+    be = KubeQoSContext(KubeQoS.BESTEFFORT, "kubepods/besteffort")
+    h.set_kube_qos_cpu_idle(be)
+    assert be.response.resources.cpu_idle == 1
+
+
+class FakeKernel:
+    """Cookies per PID; `broken` PIDs fail every operation; new cookies count from `next_cookie`."""
+
+    def __init__(self, cookies: dict[int, int], broken: set[int], next_cookie: int = 1000000) -> None:
+        self.cookies = cookies
+        self.broken = broken
+        self.next_cookie = next_cookie
+
+    def _check(self, pid: int) -> None:
+        if pid in self.broken:
+            raise OSError(3, "no such process")
+
+    def get(self, pid: int) -> int:
+        self._check(pid)
+        return self.cookies.get(pid, 0)
+
+    def create(self, pid: int) -> int:
+        self._check(pid)
+        self.cookies[pid] = self.next_cookie
+        self.next_cookie += 1
+        return self.cookies[pid]
+
+    def assign(self, from_pid: int, pids: Sequence[int]) -> list[int]:
+        cookie = self.get(from_pid)
+        failed = []
+        for pid in pids:
+            if pid in self.broken:
+                failed.append(pid)
+            else:
+                self.cookies[pid] = cookie
+        return failed
+
+    def clear(self, pids: Sequence[int]) -> list[int]:
+        failed = []
+        for pid in pids:
+            if pid in self.broken:
+                failed.append(pid)
+            else:
+                self.cookies[pid] = 0
+        return failed
+
+
+def test_k15_add_cookie() -> None:
+    kernel = FakeKernel({}, {12346})
+    mgr = CookieManager(kernel)
+    _, group = pod_enabled_and_group(ENABLED_RULE, {QOS: "LS", GID: "group-xxx"}, "uid", KubeQoS.BURSTABLE)
+    assert group == "group-xxx-expeller"
+    mgr.enable("uid", "containerd://c1", group, [12344, 12345, 12346])
+    assert mgr.cookies[group].cookie == 1000000
+    assert mgr.cookies[group].pids == {12344, 12345}
+    assert kernel.cookies[12345] == 1000000
+
+
+def test_k16_assign_cookie_from_a_sibling() -> None:
+    kernel = FakeKernel({1000: 1000000, 1001: 1000000, 1002: 1000000}, {12346}, next_cookie=2000000)
+    mgr = CookieManager(kernel)
+    mgr.cookies["group-xxx-expeller"] = CookieEntry(1000000, {1000, 1001, 1002})
+    mgr.enable("uid", "containerd://c1", "group-xxx-expeller", [12344, 12345, 12346])
+    assert mgr.cookies["group-xxx-expeller"].pids == {1000, 1001, 1002, 12344, 12345}
+    assert kernel.cookies[12344] == 1000000
+    assert kernel.next_cookie == 2000000
+
+
+def test_k17_clear_cookie() -> None:
+    kernel = FakeKernel({p: 1000000 for p in (1000, 1001, 1002, 12344)}, set())
+    mgr = CookieManager(kernel)
+    mgr.cookies["g"] = CookieEntry(1000000, {1000, 1001, 1002, 12344})
+    mgr.groups["uid/containerd://c1"] = "g"
+    enabled, _ = pod_enabled_and_group(ENABLED_RULE, {QOS: "LS", POLICY: "none"}, "uid", KubeQoS.BURSTABLE)
+    assert enabled is False
+    mgr.disable("uid", "containerd://c1", [12344])
+    assert mgr.cookies["g"].pids == {1000, 1001, 1002}
+    assert kernel.cookies[12344] == 0
+
+
+def cctx(parent: str, cid: str = "containerd://abc") -> ContainerContext:
+    return ContainerContext(
+        ContainerRequest(pod_uid="uid", container_id=cid, pod_labels={QOS: "LS"}, cgroup_parent=parent)
+    )
+
+
+def test_k18_container_preconditions() -> None:
+    h = CoreSched(True, "test")
+    h.rule = ENABLED_RULE
+    with pytest.raises(ValueError, match="cgroup parent"):
+        h.container_plan(cctx(""))
+    good = "kubepods.slice/kubepods-burstable.slice/p.slice/cri-containerd-abc.scope"
+    assert h.container_plan(cctx(good, cid="")) is None
+    assert h.container_plan(cctx(good)) == (True, "-expeller")
+    h.rule = CoreSchedRule()
+    assert h.container_plan(cctx(good)) is None  # rule not inited
+    unsupported = CoreSched(False, "not supported by prctl")
+    unsupported.rule = ENABLED_RULE
+    assert unsupported.container_plan(cctx(good)) is None
+
+
+def test_k19_system_supported_probe(tmp_path: Path) -> None:
+    proc, sys = tmp_path / "proc", tmp_path / "sys"
+    assert probe_sysfs(proc, sys) == (False, "file not exist")
+    feats = sys / "kernel/debug/sched_features"
+    feats.parent.mkdir(parents=True)
+    feats.write_text("GENTLE_FAIR_SLEEPERS START_DEBIT\n")
+    assert probe_sysfs(proc, sys)[0] is False
+    feats.write_text("GENTLE_FAIR_SLEEPERS CORE_SCHED\n")
+    assert probe_sysfs(proc, sys) == (True, "sched_features supported")
+    sysctl = proc / "sys/kernel/sched_core"
+    sysctl.parent.mkdir(parents=True)
+    sysctl.write_text("0\n")
+    assert probe_sysfs(proc, sys) == (True, "sysctl supported")

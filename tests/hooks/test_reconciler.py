@@ -1,0 +1,255 @@
+"""The reconciler on a synthetic node: spec callback cases (R4, C1–C4, S1, N10–N11, O10) and convergence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from koordqos.cgroups.resources import CgroupVersion
+from koordqos.events.types import NodeSLOUpdated, NodeUpdated, PodsReplaced
+from koordqos.model.nodeslo import parse_nodeslo
+from koordqos.model.pod import BATCH_CPU, BATCH_MEMORY, ContainerInfo, KubeQoS, NodeInfo
+from koordqos.state import NodeState, reduce
+from koordqos.testing.nodefs import SyntheticNode
+
+from .conftest import GI, make_node, make_reconciler, pod
+
+
+def state(*events: object) -> NodeState:
+    s = NodeState()
+    for e in events:
+        s = reduce(s, e)  # type: ignore[arg-type]
+    return s
+
+
+def be_pod(uid: str = "be1", cpu: int = 500) -> object:
+    c = ContainerInfo(
+        name="c0",
+        container_id=f"containerd://{uid}c0",
+        requests={BATCH_CPU: cpu, BATCH_MEMORY: 2 * GI},
+        limits={BATCH_CPU: cpu, BATCH_MEMORY: 2 * GI},
+    )
+    return pod(uid, "BE", KubeQoS.BESTEFFORT, [c])
+
+
+GI_SLO = {
+    "resourceQOSStrategy": {
+        "lsrClass": {"cpuQOS": {"enable": False, "groupIdentity": 2}},
+        "lsClass": {"cpuQOS": {"enable": True, "groupIdentity": 2}},
+        "beClass": {"cpuQOS": {"enable": True, "groupIdentity": -1}},
+    }
+}
+CFS_SUPPRESS_SLO = {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}}
+
+
+def cpu(node: SyntheticNode, rel: str, name: str) -> str:
+    return node.read(rel, "cpu", name)
+
+
+async def test_r4_nodeslo_toggles_be_cfs_quota(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    p = be_pod()
+    pdir = node.add_pod(p)  # type: ignore[arg-type]
+    cdir = node.layout.container_dir_in(pdir, "containerd://be1c0")
+    rec = make_reconciler(node)
+    await rec.reconcile(state(PodsReplaced((p,)), NodeSLOUpdated(parse_nodeslo({}))))  # type: ignore[arg-type]
+    assert (cpu(node, pdir, "cpu.cfs_quota_us"), cpu(node, cdir, "cpu.cfs_quota_us")) == ("50000", "50000")
+    assert (cpu(node, pdir, "cpu.shares"), node.read(pdir, "memory", "memory.limit_in_bytes")) == (
+        "512",
+        str(2 * GI),
+    )
+    await rec.reconcile(state(PodsReplaced((p,)), NodeSLOUpdated(parse_nodeslo(CFS_SUPPRESS_SLO))))  # type: ignore[arg-type]
+    assert (cpu(node, pdir, "cpu.cfs_quota_us"), cpu(node, cdir, "cpu.cfs_quota_us")) == ("-1", "-1")
+
+
+async def test_c1_group_identity_rule_writes_dirs_pods_and_containers(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    pods = [
+        pod("lsr-pod", "LSR", KubeQoS.GUARANTEED),
+        pod("ls-pod1", "LS", KubeQoS.GUARANTEED),
+        pod("ls-pod2", "LS", KubeQoS.BURSTABLE, [ContainerInfo(name="c", container_id="containerd://ls2c")]),
+        pod("be-pod", "BE", KubeQoS.BESTEFFORT),
+        pod("guaranteed-pod", None, KubeQoS.GUARANTEED),
+        pod("burstable-pod", None, KubeQoS.BURSTABLE),
+        pod("besteffort-pod", None, KubeQoS.BESTEFFORT),
+    ]
+    dirs = [node.add_pod(p) for p in pods]
+    rec = make_reconciler(node)
+    await rec.reconcile(state(PodsReplaced(tuple(pods)), NodeSLOUpdated(parse_nodeslo(GI_SLO))))
+    assert [cpu(node, d, "cpu.bvt_warp_ns") for d in node.layout.qos_dirs()] == ["0", "2", "-1"]
+    assert [cpu(node, d, "cpu.bvt_warp_ns") for d in dirs] == ["0", "2", "2", "-1", "2", "2", "-1"]
+    assert cpu(node, node.layout.container_dir_in(dirs[2], "containerd://ls2c"), "cpu.bvt_warp_ns") == "2"
+
+
+async def test_c2_c3_disabled_rule_resets_dangling_pod_and_container_dirs(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    gone = pod(
+        "besteffort-pod",
+        None,
+        KubeQoS.BESTEFFORT,
+        [ContainerInfo(name="c", container_id="containerd://xxxxxx")],
+    )
+    gdir = node.add_pod(gone)
+    cdir = node.layout.container_dir_in(gdir, "containerd://xxxxxx")
+    rec = make_reconciler(node)
+    await rec.reconcile(state(PodsReplaced((gone,)), NodeSLOUpdated(parse_nodeslo(GI_SLO))))
+    assert cpu(node, gdir, "cpu.bvt_warp_ns") == "-1"
+    node.write(cdir, "cpu", "cpu.bvt_warp_ns", -1)
+    # the pod is no longer listed, and the rule is now disabled: every dir goes back to 0
+    await rec.reconcile(state(PodsReplaced(()), NodeSLOUpdated(parse_nodeslo({}))))
+    assert cpu(node, gdir, "cpu.bvt_warp_ns") == "0"
+    assert cpu(node, cdir, "cpu.bvt_warp_ns") == "0"
+    assert [cpu(node, d, "cpu.bvt_warp_ns") for d in node.layout.qos_dirs()] == ["0", "0", "0"]
+
+
+async def test_c4_sysctl_unreadable_writes_nothing(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    sysctl = node.proc_root / "sys/kernel/sched_group_identity_enabled"
+    sysctl.mkdir(parents=True)  # exists but cannot be read as a file
+    p = pod("ls", "LS", KubeQoS.BURSTABLE)
+    pdir = node.add_pod(p)
+    rec = make_reconciler(node)
+    await rec.reconcile(state(PodsReplaced((p,)), NodeSLOUpdated(parse_nodeslo(GI_SLO))))
+    assert cpu(node, pdir, "cpu.bvt_warp_ns") == "0"
+    assert [cpu(node, d, "cpu.bvt_warp_ns") for d in node.layout.qos_dirs()] == ["0", "0", "0"]
+
+
+async def test_s1_s19_pinned_pod_gets_cpuset_and_unset_quota(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    c = ContainerInfo(
+        name="c", container_id="containerd://lsrc", limits={"cpu": 2000}, requests={"cpu": 2000}
+    )
+    p = pod(
+        "lsr",
+        "LSR",
+        KubeQoS.GUARANTEED,
+        [c],
+        annotations={"scheduling.koordinator.sh/resource-status": '{"cpuset":"2-3"}'},
+    )
+    pdir = node.add_pod(p)
+    cdir = node.layout.container_dir_in(pdir, "containerd://lsrc")
+    node.write(pdir, "cpu", "cpu.cfs_quota_us", 200000)
+    node.write(cdir, "cpu", "cpu.cfs_quota_us", 200000)
+    rec = make_reconciler(node)
+    await rec.reconcile(state(PodsReplaced((p,))))
+    assert node.read(cdir, "cpuset", "cpuset.cpus") == "2-3"
+    assert (cpu(node, pdir, "cpu.cfs_quota_us"), cpu(node, cdir, "cpu.cfs_quota_us")) == ("-1", "-1")
+
+
+async def test_n10_n11_cpu_normalization_callback(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    c = ContainerInfo(name="c", container_id="containerd://lsc", limits={"cpu": 1000}, requests={"cpu": 1000})
+    p = pod("ls", "LS", KubeQoS.BURSTABLE, [c])
+    pdir = node.add_pod(p)
+    cdir = node.layout.container_dir_in(pdir, "containerd://lsc")
+    rec = make_reconciler(node, {"CPUNormalization": True})
+    key = "node.koordinator.sh/cpu-normalization-ratio"
+    await rec.reconcile(state(PodsReplaced((p,)), NodeUpdated(NodeInfo(name="n", annotations={key: "1.2"}))))
+    assert (cpu(node, pdir, "cpu.cfs_quota_us"), cpu(node, cdir, "cpu.cfs_quota_us")) == ("83334", "83334")
+    assert cpu(node, cdir, "cpu.shares") == "1024"
+    mem = node.read(pdir, "memory", "memory.limit_in_bytes")
+    await rec.reconcile(state(PodsReplaced((p,)), NodeUpdated(NodeInfo(name="n", annotations={key: "1.0"}))))
+    assert (cpu(node, pdir, "cpu.cfs_quota_us"), cpu(node, cdir, "cpu.cfs_quota_us")) == ("100000", "100000")
+    assert node.read(pdir, "memory", "memory.limit_in_bytes") == mem
+
+
+async def test_o10_oom_score_adj_for_init_and_app_containers(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    init = ContainerInfo(name="init-c", container_id="containerd://initc")
+    app = ContainerInfo(name="c1", container_id="containerd://appc")
+    p = pod("o", "LS", KubeQoS.BURSTABLE, [app], {"koordinator.sh/oom-score-adj": "-500"}, "Pending", [init])
+    pdir = node.add_pod(p)
+    for cid, pid in (("initc", 21), ("appc", 22)):
+        cdir = node.layout.container_dir_in(pdir, f"containerd://{cid}")
+        node.write(cdir, "cpu", "cgroup.procs", pid)
+        (node.proc_root / str(pid)).mkdir(parents=True)
+        (node.proc_root / str(pid) / "oom_score_adj").write_text("0\n")
+    rec = make_reconciler(node, {"OOMScoreAdj": True})
+    await rec.reconcile(state(PodsReplaced((p,))))
+    assert [(node.proc_root / f"{pid}/oom_score_adj").read_text().strip() for pid in (21, 22)] == [
+        "-500",
+        "-500",
+    ]
+
+
+async def test_value_changed_behind_the_agents_back_is_restored(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    p = be_pod()
+    pdir = node.add_pod(p)  # type: ignore[arg-type]
+    rec = make_reconciler(node)
+    s = state(PodsReplaced((p,)))  # type: ignore[arg-type]
+    await rec.reconcile(s)
+    node.write(pdir, "cpu", "cpu.cfs_quota_us", -1)
+    rec.executor.invalidate()  # the cache would hold the value up to 60 s (spec §8.10)
+    await rec.reconcile(s)
+    assert cpu(node, pdir, "cpu.cfs_quota_us") == "50000"
+
+
+async def test_terminated_pods_are_skipped_and_dry_run_writes_nothing(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    p = be_pod()
+    done = p.model_copy(update={"phase": "Succeeded"})  # type: ignore[attr-defined]
+    pdir = node.add_pod(p)  # type: ignore[arg-type]
+    rec = make_reconciler(node)
+    result = await rec.reconcile(state(PodsReplaced((done,))))
+    assert not any(w.parent == pdir and w.resource != "cpu.bvt_warp_ns" for w in result.writes)
+    dry = make_reconciler(node, dry_run=True)
+    await dry.reconcile(state(PodsReplaced((p,))))  # type: ignore[arg-type]
+    assert cpu(node, pdir, "cpu.cfs_quota_us") == "-1"
+    assert any(d.dry_run and d.target.endswith("cpu.cfs_quota_us") for d in dry.decisions.recent())
+
+
+async def test_cgroup_v2_tree(tmp_path: Path) -> None:
+    node = make_node(tmp_path, CgroupVersion.V2, extensions=())
+    p = be_pod(cpu=2000)
+    pdir = node.add_pod(p)  # type: ignore[arg-type]
+    rec = make_reconciler(node)
+    await rec.reconcile(state(PodsReplaced((p,))))  # type: ignore[arg-type]
+    assert node.read(pdir, "cpu", "cpu.max").split()[0] == "200000"  # the kernel keeps the period
+    assert node.read(pdir, "cpu", "cpu.weight") == str(1 + ((2048 - 2) * 9999) // 262142)
+    assert node.read(pdir, "memory", "memory.max") == str(2 * GI)
+
+
+async def test_bad_pod_data_is_skipped_and_counted(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    bad = pod(
+        "be2", "BE", KubeQoS.BESTEFFORT, annotations={"node.koordinator.sh/extended-resource-spec": "{bad"}
+    )
+    good = be_pod()
+    node.add_pod(good)  # type: ignore[arg-type]
+    rec = make_reconciler(node)
+    result = await rec.reconcile(state(PodsReplaced((bad, good))))  # type: ignore[arg-type]
+    assert "pod/be2" in result.errors
+    assert any(w.resource == "cpu.cfs_quota_us" and w.value == 50000 for w in result.writes)
+
+
+async def test_group_identity_rule_turns_the_sysctl_on_and_core_sched_off(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    kernel = node.proc_root / "sys/kernel"
+    kernel.mkdir(parents=True)
+    (kernel / "sched_group_identity_enabled").write_text("0\n")
+    (kernel / "sched_core").write_text("1\n")
+    rec = make_reconciler(node)
+    await rec.reconcile(state(NodeSLOUpdated(parse_nodeslo(GI_SLO))))
+    assert (kernel / "sched_group_identity_enabled").read_text().strip() == "1"
+    assert (kernel / "sched_core").read_text().strip() == "0"
+
+
+async def test_sandbox_container_of_a_pinned_nri_pod_gets_the_cpuset(tmp_path: Path) -> None:
+    from koordqos.events.types import RuntimeSandbox, RuntimeSandboxUpserted
+
+    node = make_node(tmp_path)
+    sb = RuntimeSandbox(
+        id="sandbox01",
+        uid="lsr-uid",
+        name="lsr",
+        namespace="ns",
+        labels={"koordinator.sh/qosClass": "LSR"},
+        annotations={"scheduling.koordinator.sh/resource-status": '{"cpuset":"1-2"}'},
+        cgroup_parent="/kubepods/podlsr-uid",
+    )
+    sdir = "kubepods/podlsr-uid/sandbox01"
+    node.make_cgroup(sdir)
+    rec = make_reconciler(node)
+    await rec.reconcile(state(RuntimeSandboxUpserted(sb)))
+    assert node.read(sdir, "cpuset", "cpuset.cpus") == "1-2"
+    assert cpu(node, sdir, "cpu.cfs_quota_us") == "-1"
