@@ -1,16 +1,589 @@
-"""NodeSLO: the spec fields the strategies and hooks use, merged with koordlet's defaults."""
+"""NodeSLO: the spec fields the strategies and hooks use, merged with koordlet's defaults.
+
+Field semantics follow Go's `slo.koordinator.sh/v1alpha1` types: every scalar is optional and `None` means
+"nil" (not set). A NodeSLO as the agent uses it is *merged* (runtime-hooks.md §6.2):
+
+1. each top-level strategy (`resourceUsedThresholdWithBE`, `resourceQOSStrategy`, `cpuBurstStrategy`,
+   `systemStrategy`, `extensions`) is laid as a JSON overlay onto koordlet's defaults: objects merge key by
+   key, lists and scalars replace, unset (null) values leave the default in place;
+2. for the LSR, LS and BE classes, a `cpuQOS` / `memoryQOS` / `resctrlQOS` with `enable: false` has its values
+   replaced by the "None" template (enable stays false), so a disabled class never carries active values.
+
+`parse_nodeslo(doc)` does both and raises `ModelError` naming the first bad field; `default_nodeslo()` is the
+merge of an empty spec (what the agent uses when no NodeSLO object exists).
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import copy
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from koordqos.errors import ModelError
 
 
-class NodeSLO(BaseModel):
-    """Placeholder, replaced by the Kubernetes integration work."""
+class _Spec(BaseModel):
+    # strict: Go's json.Unmarshal rejects "65" for an int and 1 for a bool, so do we; unknown keys are
+    # ignored as Go does (newer CRD fields must not make an agent reject the whole object).
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore", strict=True)
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+
+IntOrString = int | str
+CPUSuppressPolicy = Literal["cpuset", "cfsQuota"]
+CPUEvictPolicy = Literal["evictByRealLimit", "evictByAllocatable"]
+CPUBurstPolicy = Literal["none", "cpuBurstOnly", "cfsQuotaBurstOnly", "auto"]
+CPUPolicy = Literal["", "groupIdentity", "coreSched"]
+NetQOSPolicy = Literal["", "tc", "terway-qos"]
+MemoryQOSPolicy = Literal["", "default", "none", "auto"]
 
 
-def parse_nodeslo(doc: dict[str, object]) -> NodeSLO:
-    """Validate a NodeSLO document (placeholder until the NodeSLO model lands)."""
-    return NodeSLO.model_validate(doc.get("spec", doc))
+# -- resourceUsedThresholdWithBE ---------------------------------------------------------------------------
+
+
+class ResourceThresholdStrategy(_Spec):
+    """`spec.resourceUsedThresholdWithBE`: CPU suppress and the eviction thresholds (percent values)."""
+
+    enable: bool | None = None
+    cpu_suppress_threshold_percent: int | None = Field(None, alias="cpuSuppressThresholdPercent")
+    cpu_suppress_min_percent: int | None = Field(None, alias="cpuSuppressMinPercent")
+    cpu_suppress_policy: CPUSuppressPolicy | None = Field(None, alias="cpuSuppressPolicy")
+    memory_evict_threshold_percent: int | None = Field(None, alias="memoryEvictThresholdPercent")
+    memory_evict_lower_percent: int | None = Field(None, alias="memoryEvictLowerPercent")
+    cpu_evict_be_satisfaction_lower_percent: int | None = Field(
+        None, alias="cpuEvictBESatisfactionLowerPercent"
+    )
+    cpu_evict_be_satisfaction_upper_percent: int | None = Field(
+        None, alias="cpuEvictBESatisfactionUpperPercent"
+    )
+    cpu_evict_be_usage_threshold_percent: int | None = Field(None, alias="cpuEvictBEUsageThresholdPercent")
+    cpu_evict_time_window_seconds: int | None = Field(None, alias="cpuEvictTimeWindowSeconds")
+    cpu_evict_threshold_percent: int | None = Field(None, alias="cpuEvictThresholdPercent")
+    cpu_evict_lower_percent: int | None = Field(None, alias="cpuEvictLowerPercent")
+    cpu_evict_policy: CPUEvictPolicy | None = Field(None, alias="cpuEvictPolicy")
+    evict_enabled_priority_threshold: int | None = Field(None, alias="evictEnabledPriorityThreshold")
+    cpu_allocatable_evict_threshold_percent: int | None = Field(
+        None, alias="cpuAllocatableEvictThresholdPercent"
+    )
+    cpu_allocatable_evict_lower_percent: int | None = Field(None, alias="cpuAllocatableEvictLowerPercent")
+    memory_allocatable_evict_threshold_percent: int | None = Field(
+        None, alias="memoryAllocatableEvictThresholdPercent"
+    )
+    memory_allocatable_evict_lower_percent: int | None = Field(
+        None, alias="memoryAllocatableEvictLowerPercent"
+    )
+    allocatable_evict_priority_threshold: int | None = Field(None, alias="allocatableEvictPriorityThreshold")
+
+
+# -- resourceQOSStrategy -----------------------------------------------------------------------------------
+
+
+class CPUQOS(_Spec):
+    """Per-class CPU QoS: group identity (bvt), sched idle, core-sched expeller."""
+
+    enable: bool | None = None
+    group_identity: int | None = Field(None, alias="groupIdentity")
+    sched_idle: int | None = Field(None, alias="schedIdle")
+    core_expeller: bool | None = Field(None, alias="coreExpeller")
+
+
+class MemoryQOS(_Spec):
+    """Per-class memory QoS knobs (percent values of the request/limit, Anolis memcg files)."""
+
+    enable: bool | None = None
+    min_limit_percent: int | None = Field(None, alias="minLimitPercent")
+    low_limit_percent: int | None = Field(None, alias="lowLimitPercent")
+    throttling_percent: int | None = Field(None, alias="throttlingPercent")
+    wmark_ratio: int | None = Field(None, alias="wmarkRatio")
+    wmark_scale_permill: int | None = Field(None, alias="wmarkScalePermill")
+    wmark_min_adj: int | None = Field(None, alias="wmarkMinAdj")
+    priority_enable: int | None = Field(None, alias="priorityEnable")
+    priority: int | None = None
+    oom_kill_group: int | None = Field(None, alias="oomKillGroup")
+    page_cache_limit_size: IntOrString | None = Field(None, alias="pageCacheLimitSize")
+    page_cache_limit_percent: int | None = Field(None, alias="pageCacheLimitPercent")
+    page_cache_reclaim_sync: bool | None = Field(None, alias="pageCacheReclaimSync")
+    page_cache_enable: bool | None = Field(None, alias="pageCacheEnable")
+
+
+class ResctrlQOS(_Spec):
+    """Per-class L3 cache way range and memory bandwidth percent."""
+
+    enable: bool | None = None
+    cat_range_start_percent: int | None = Field(None, alias="catRangeStartPercent")
+    cat_range_end_percent: int | None = Field(None, alias="catRangeEndPercent")
+    mba_percent: int | None = Field(None, alias="mbaPercent")
+
+
+class IOCfg(_Spec):
+    """blkio settings of one block device."""
+
+    read_iops: int | None = Field(None, alias="readIOPS")
+    write_iops: int | None = Field(None, alias="writeIOPS")
+    read_bps: int | None = Field(None, alias="readBPS")
+    write_bps: int | None = Field(None, alias="writeBPS")
+    io_weight_percent: int | None = Field(None, alias="ioWeightPercent")
+    read_latency: int | None = Field(None, alias="readLatency")
+    write_latency: int | None = Field(None, alias="writeLatency")
+    read_latency_percent: int | None = Field(None, alias="readLatencyPercent")
+    write_latency_percent: int | None = Field(None, alias="writeLatencyPercent")
+    enable_user_model: bool | None = Field(None, alias="enableUserModel")
+    model_read_bps: int | None = Field(None, alias="modelReadBPS")
+    model_write_bps: int | None = Field(None, alias="modelWriteBPS")
+    model_read_seq_iops: int | None = Field(None, alias="modelReadSeqIOPS")
+    model_write_seq_iops: int | None = Field(None, alias="modelWriteSeqIOPS")
+    model_read_rand_iops: int | None = Field(None, alias="modelReadRandIOPS")
+    model_write_rand_iops: int | None = Field(None, alias="modelWriteRandIOPS")
+
+
+class BlockCfg(_Spec):
+    """One blkio target: a device, a volume group or a pod volume."""
+
+    name: str = ""
+    type: Literal["device", "volumegroup", "podvolume"] = "device"
+    io_cfg: IOCfg = Field(default_factory=IOCfg, alias="ioCfg")
+
+
+class BlkIOQOS(_Spec):
+    """Per-class blkio QoS (a nil `enable` counts as false: project decision, qos-manager.md §2.7)."""
+
+    enable: bool | None = None
+    blocks: tuple[BlockCfg, ...] = Field((), strict=False)  # a JSON array
+
+
+class NetworkQOS(_Spec):
+    """Per-class network QoS: percent of the total bandwidth (int) or a quantity string."""
+
+    enable: bool | None = None
+    ingress_request: IntOrString | None = Field(None, alias="ingressRequest")
+    ingress_limit: IntOrString | None = Field(None, alias="ingressLimit")
+    egress_request: IntOrString | None = Field(None, alias="egressRequest")
+    egress_limit: IntOrString | None = Field(None, alias="egressLimit")
+
+
+class ResourceQOS(_Spec):
+    """All QoS settings of one class."""
+
+    cpu_qos: CPUQOS | None = Field(None, alias="cpuQOS")
+    memory_qos: MemoryQOS | None = Field(None, alias="memoryQOS")
+    resctrl_qos: ResctrlQOS | None = Field(None, alias="resctrlQOS")
+    blkio_qos: BlkIOQOS | None = Field(None, alias="blkioQOS")
+    network_qos: NetworkQOS | None = Field(None, alias="networkQOS")
+
+
+class ResourceQOSPolicies(_Spec):
+    """Which CPU (group identity / core sched) and network QoS mechanism is in use."""
+
+    cpu_policy: CPUPolicy | None = Field(None, alias="cpuPolicy")
+    net_qos_policy: NetQOSPolicy | None = Field(None, alias="netQOSPolicy")
+
+
+class ResourceQOSStrategy(_Spec):
+    """`spec.resourceQOSStrategy`: per-class QoS settings."""
+
+    policies: ResourceQOSPolicies | None = None
+    lsr_class: ResourceQOS | None = Field(None, alias="lsrClass")
+    ls_class: ResourceQOS | None = Field(None, alias="lsClass")
+    be_class: ResourceQOS | None = Field(None, alias="beClass")
+    system_class: ResourceQOS | None = Field(None, alias="systemClass")
+    cgroup_root: ResourceQOS | None = Field(None, alias="cgroupRoot")
+
+    def for_class(self, qos: str) -> ResourceQOS | None:
+        """Class config by Koordinator QoS (with default): LSE/LSR→lsrClass, LS, BE, SYSTEM; else None."""
+        return {
+            "LSE": self.lsr_class,
+            "LSR": self.lsr_class,
+            "LS": self.ls_class,
+            "BE": self.be_class,
+            "SYSTEM": self.system_class,
+        }.get(qos)
+
+
+# -- cpuBurstStrategy / systemStrategy / hostApplications --------------------------------------------------
+
+
+class CPUBurstConfig(_Spec):
+    """CPU burst settings; also the pod annotation `koordinator.sh/cpuBurst` (merged field by field)."""
+
+    policy: CPUBurstPolicy | None = None
+    cpu_burst_percent: int | None = Field(None, alias="cpuBurstPercent")
+    cfs_quota_burst_percent: int | None = Field(None, alias="cfsQuotaBurstPercent")
+    cfs_quota_burst_period_seconds: int | None = Field(None, alias="cfsQuotaBurstPeriodSeconds")
+
+
+class CPUBurstStrategy(CPUBurstConfig):
+    """`spec.cpuBurstStrategy` (the config is inlined, plus the share-pool threshold)."""
+
+    share_pool_threshold_percent: int | None = Field(None, alias="sharePoolThresholdPercent")
+
+
+class SystemStrategy(_Spec):
+    """`spec.systemStrategy`: host sysctls and sched features."""
+
+    min_free_kbytes_factor: int | None = Field(None, alias="minFreeKbytesFactor")
+    watermark_scale_factor: int | None = Field(None, alias="watermarkScaleFactor")
+    memcg_reap_back_ground: int | None = Field(None, alias="memcgReapBackGround")
+    sched_group_identity_enabled: int | None = Field(None, alias="schedGroupIdentityEnabled")
+    sched_idle_saver_wmark: int | None = Field(None, alias="schedIdleSaverWmark")
+    page_cache_limit_enabled: int | None = Field(None, alias="pageCacheLimitEnabled")
+    total_network_bandwidth: IntOrString | None = Field(None, alias="totalNetworkBandwidth")
+    sched_features: dict[str, bool] | None = Field(None, alias="schedFeatures")
+
+
+class CgroupPath(_Spec):
+    """Where a host application's cgroup lives."""
+
+    base: Literal["CgroupRoot", "Kubepods", "KubepodsBurstable", "KubepodsBesteffort"] = "CgroupRoot"
+    parent_dir: str = Field("", alias="parentDir")
+    relative_path: str = Field("", alias="relativePath")
+
+
+class HostApplicationSpec(_Spec):
+    """An out-of-band application on the node, considered in usage splits and hooks."""
+
+    name: str
+    priority: str = ""
+    qos: str = ""
+    cgroup_path: CgroupPath | None = Field(None, alias="cgroupPath")
+    strategy: dict[str, Any] | None = None
+
+
+class NodeSLO(_Spec):
+    """A NodeSLO spec (merged with defaults when it came through `parse_nodeslo`) and its object metadata."""
+
+    resource_used_threshold_with_be: ResourceThresholdStrategy | None = Field(
+        None, alias="resourceUsedThresholdWithBE"
+    )
+    resource_qos_strategy: ResourceQOSStrategy | None = Field(None, alias="resourceQOSStrategy")
+    cpu_burst_strategy: CPUBurstStrategy | None = Field(None, alias="cpuBurstStrategy")
+    system_strategy: SystemStrategy | None = Field(None, alias="systemStrategy")
+    extensions: dict[str, Any] | None = None
+    host_applications: tuple[HostApplicationSpec, ...] = Field((), alias="hostApplications", strict=False)
+    # object metadata (not part of the spec)
+    name: str = ""
+    resource_version: str = ""
+    generation: int = 0
+
+
+# -- pod-level overrides -----------------------------------------------------------------------------------
+
+
+class PodMemoryQOSConfig(MemoryQOS):
+    """Pod annotation `koordinator.sh/memoryQOS`: a policy plus inline MemoryQOS fields."""
+
+    policy: MemoryQOSPolicy | None = None
+
+
+class PodCPUQOSConfig(_Spec):
+    """Pod annotation `koordinator.sh/cpuQOS` (groupIdentity must be in [-1, 2])."""
+
+    enable: bool | None = None
+    group_identity: int | None = Field(None, alias="groupIdentity", ge=-1, le=2)
+
+
+# -- defaults and merge ------------------------------------------------------------------------------------
+
+#: koordlet's `sloconfig.DefaultNodeSLOSpecConfig()`, in wire form (camelCase), before the None-merge.
+DEFAULT_SPEC: Mapping[str, Any] = {
+    "resourceUsedThresholdWithBE": {
+        "enable": False,
+        "cpuSuppressThresholdPercent": 65,
+        "cpuSuppressPolicy": "cpuset",
+        "memoryEvictThresholdPercent": 70,
+        "cpuEvictPolicy": "evictByRealLimit",
+    },
+    "resourceQOSStrategy": {
+        "policies": {"cpuPolicy": "groupIdentity", "netQOSPolicy": "tc"},
+        "lsrClass": {
+            "cpuQOS": {"enable": False, "groupIdentity": 2, "schedIdle": 0, "coreExpeller": True},
+            "memoryQOS": {
+                "enable": False,
+                "minLimitPercent": 0,
+                "lowLimitPercent": 0,
+                "throttlingPercent": 0,
+                "wmarkRatio": 95,
+                "wmarkScalePermill": 20,
+                "wmarkMinAdj": -25,
+                "priorityEnable": 0,
+                "priority": 0,
+                "oomKillGroup": 0,
+            },
+            "resctrlQOS": {
+                "enable": False,
+                "catRangeStartPercent": 0,
+                "catRangeEndPercent": 100,
+                "mbaPercent": 100,
+            },
+            "blkioQOS": {"enable": False},
+            "networkQOS": {
+                "enable": False,
+                "ingressRequest": 0,
+                "ingressLimit": 100,
+                "egressRequest": 0,
+                "egressLimit": 100,
+            },
+        },
+        "lsClass": {
+            "cpuQOS": {"enable": False, "groupIdentity": 2, "schedIdle": 0, "coreExpeller": True},
+            "memoryQOS": {
+                "enable": False,
+                "minLimitPercent": 0,
+                "lowLimitPercent": 0,
+                "throttlingPercent": 0,
+                "wmarkRatio": 95,
+                "wmarkScalePermill": 20,
+                "wmarkMinAdj": -25,
+                "priorityEnable": 0,
+                "priority": 0,
+                "oomKillGroup": 0,
+            },
+            "resctrlQOS": {
+                "enable": False,
+                "catRangeStartPercent": 0,
+                "catRangeEndPercent": 100,
+                "mbaPercent": 100,
+            },
+            "blkioQOS": {"enable": False},
+            "networkQOS": {
+                "enable": False,
+                "ingressRequest": 0,
+                "ingressLimit": 100,
+                "egressRequest": 0,
+                "egressLimit": 100,
+            },
+        },
+        "beClass": {
+            "cpuQOS": {"enable": False, "groupIdentity": -1, "schedIdle": 0, "coreExpeller": False},
+            "memoryQOS": {
+                "enable": False,
+                "minLimitPercent": 0,
+                "lowLimitPercent": 0,
+                "throttlingPercent": 0,
+                "wmarkRatio": 95,
+                "wmarkScalePermill": 20,
+                "wmarkMinAdj": 50,
+                "priorityEnable": 0,
+                "priority": 0,
+                "oomKillGroup": 0,
+            },
+            "resctrlQOS": {
+                "enable": False,
+                "catRangeStartPercent": 0,
+                "catRangeEndPercent": 30,
+                "mbaPercent": 100,
+            },
+            "blkioQOS": {"enable": False},
+            "networkQOS": {
+                "enable": False,
+                "ingressRequest": 0,
+                "ingressLimit": 100,
+                "egressRequest": 0,
+                "egressLimit": 100,
+            },
+        },
+        "systemClass": {
+            "cpuQOS": {"enable": False, "groupIdentity": 0, "schedIdle": 0, "coreExpeller": False},
+            "memoryQOS": {
+                "enable": False,
+                "minLimitPercent": 0,
+                "lowLimitPercent": 0,
+                "throttlingPercent": 0,
+                "wmarkRatio": 0,
+                "wmarkScalePermill": 50,
+                "wmarkMinAdj": 0,
+                "priorityEnable": 0,
+                "priority": 0,
+                "oomKillGroup": 0,
+            },
+        },
+    },
+    "cpuBurstStrategy": {
+        "policy": "none",
+        "cpuBurstPercent": 1000,
+        "cfsQuotaBurstPercent": 300,
+        "cfsQuotaBurstPeriodSeconds": -1,
+        "sharePoolThresholdPercent": 50,
+    },
+    "systemStrategy": {"totalNetworkBandwidth": "0"},
+    "extensions": {},
+}
+
+#: Values a disabled class carries instead of its configured ones (koordlet's None templates).
+NONE_CPU_QOS: Mapping[str, Any] = {"groupIdentity": 0, "schedIdle": 0, "coreExpeller": False}
+NONE_MEMORY_QOS: Mapping[str, Any] = {
+    "minLimitPercent": 0,
+    "lowLimitPercent": 0,
+    "throttlingPercent": 0,
+    "wmarkRatio": 0,
+    "wmarkScalePermill": 50,
+    "wmarkMinAdj": 0,
+    "priorityEnable": 0,
+    "priority": 0,
+    "oomKillGroup": 0,
+}
+NONE_RESCTRL_QOS: Mapping[str, Any] = {
+    "catRangeStartPercent": 0,
+    "catRangeEndPercent": 100,
+    "mbaPercent": 100,
+}
+
+_MERGED_KEYS = (
+    "resourceUsedThresholdWithBE",
+    "resourceQOSStrategy",
+    "cpuBurstStrategy",
+    "systemStrategy",
+    "extensions",
+)
+
+
+def deep_overlay(base: Any, overlay: Any) -> Any:
+    """JSON overlay as Go's `json.Unmarshal` onto a filled struct: objects merge, lists/scalars replace,
+    null leaves the base value."""
+    if overlay is None:
+        return copy.deepcopy(base)
+    if isinstance(base, Mapping) and isinstance(overlay, Mapping):
+        out = {k: copy.deepcopy(v) for k, v in base.items()}
+        for k, v in overlay.items():
+            if v is None:
+                continue
+            out[k] = deep_overlay(base[k], v) if k in base else copy.deepcopy(v)
+        return out
+    return copy.deepcopy(overlay)
+
+
+def _replace_disabled(qos_strategy: dict[str, Any]) -> None:
+    for cls in ("lsrClass", "lsClass", "beClass"):
+        conf = qos_strategy.get(cls)
+        if not isinstance(conf, dict):
+            continue
+        for key, none in (
+            ("cpuQOS", NONE_CPU_QOS),
+            ("memoryQOS", NONE_MEMORY_QOS),
+            ("resctrlQOS", NONE_RESCTRL_QOS),
+        ):
+            sub = conf.get(key)
+            if isinstance(sub, dict) and sub.get("enable") is False:
+                # the None template replaces the values; unrelated (newer) keys are dropped as in koordlet
+                conf[key] = {"enable": False, **none}
+
+
+def merge_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Raw spec dict → spec dict overlaid onto the defaults (before the None templates are applied)."""
+    out: dict[str, Any] = {}
+    for key in _MERGED_KEYS:
+        value = spec.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            raise ModelError(f"{key}: expected an object (got {_short(value)})")
+        out[key] = deep_overlay(DEFAULT_SPEC[key], value)
+    for key, value in spec.items():
+        if key not in _MERGED_KEYS:
+            out[key] = value
+    return out
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def format_model_error(exc: ValidationError) -> str:
+    """One line per problem: `dotted.field: message (got value)`, using the wire (camelCase) names."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        msg = err["msg"].removeprefix("Value error, ")
+        inp = err.get("input")
+        got = "" if isinstance(inp, dict | list) or err["type"] == "missing" else f" (got {_short(inp)})"
+        lines.append(f"{loc}: {msg}{got}")
+    return "; ".join(lines)
+
+
+def parse_nodeslo(doc: Mapping[str, Any]) -> NodeSLO:
+    """Validate a NodeSLO object (or a bare spec), merged with koordlet's defaults; ModelError if invalid."""
+    if not isinstance(doc, Mapping):
+        raise ModelError(f"expected a NodeSLO object (got {_short(doc)})")
+    meta = doc.get("metadata")
+    spec = doc.get("spec", doc if "kind" not in doc else {})
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, Mapping):
+        raise ModelError(f"spec: expected an object (got {_short(spec)})")
+    merged = merge_spec(spec)
+    if isinstance(meta, Mapping):
+        merged["name"] = str(meta.get("name", ""))
+        merged["resource_version"] = str(meta.get("resourceVersion", ""))
+        gen = meta.get("generation", 0)
+        merged["generation"] = gen if isinstance(gen, int) and not isinstance(gen, bool) else 0
+    merged.pop("kind", None)
+    merged.pop("apiVersion", None)
+    merged.pop("metadata", None)
+    try:
+        # validate the overlay first, so a bad value inside a class that the None template is about to
+        # replace is still reported (koordlet's json.Unmarshal fails before its merge, too)
+        NodeSLO.model_validate(merged)
+        _replace_disabled(merged["resourceQOSStrategy"])
+        return NodeSLO.model_validate(merged)
+    except ValidationError as exc:
+        raise ModelError(format_model_error(exc)) from None
+
+
+@lru_cache(maxsize=1)
+def default_nodeslo() -> NodeSLO:
+    """The merged defaults: what the agent uses when no NodeSLO object exists."""
+    return parse_nodeslo({})
+
+
+def merge_pod_cpu_burst(node: CPUBurstConfig | None, pod: CPUBurstConfig | None) -> CPUBurstConfig | None:
+    """Pod `koordinator.sh/cpuBurst` over the node config, field by field (pod fields win)."""
+    if pod is None:
+        return node
+    if node is None:
+        return pod
+    return node.model_copy(update=pod.model_dump(exclude_none=True, exclude_unset=True))
+
+
+_CLASS_KEYS = {
+    "LSE": "lsrClass",
+    "LSR": "lsrClass",
+    "LS": "lsClass",
+    "BE": "beClass",
+    "SYSTEM": "systemClass",
+}
+
+
+def default_memory_qos(qos: str) -> MemoryQOS | None:
+    """Recommended memory QoS of a class (pod policy `auto`): LSE/LSR/LS, BE, SYSTEM; None otherwise."""
+    key = _CLASS_KEYS.get(qos)
+    if key is None:
+        return None
+    return MemoryQOS.model_validate(DEFAULT_SPEC["resourceQOSStrategy"][key]["memoryQOS"])
+
+
+# -- the second-level feature switch (qos-manager.md §1.6) -------------------------------------------------
+
+SWITCHED_FEATURES = frozenset(
+    {
+        "BECPUSuppress",
+        "BEMemoryEvict",
+        "BECPUEvict",
+        "CPUEvict",
+        "MemoryEvict",
+        "CPUAllocatableEvict",
+        "MemoryAllocatableEvict",
+    }
+)
+
+
+def is_feature_disabled(slo: NodeSLO | None, feature: str) -> tuple[bool, str | None]:
+    """koordlet `IsFeatureDisabled` → (disabled, error): skip the round on error, feature off if disabled."""
+    if feature not in SWITCHED_FEATURES:
+        return True, f"unsupported feature {feature}"
+    if slo is None:
+        return True, "nodeSLO is nil"
+    threshold = slo.resource_used_threshold_with_be
+    if threshold is None or threshold.enable is None:
+        return True, "nodeSLO resourceUsedThresholdWithBE.enable is nil"
+    return not threshold.enable, None

@@ -4,17 +4,32 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any
 
 from koordqos.errors import ModelError
 
 _SUFFIX = {
-    "Ki": Decimal(1024), "Mi": Decimal(1024**2), "Gi": Decimal(1024**3), "Ti": Decimal(1024**4),
-    "Pi": Decimal(1024**5), "Ei": Decimal(1024**6),
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-    "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
-    "P": Decimal(10**15), "E": Decimal(10**18),
+    "Ki": Decimal(1024),
+    "Mi": Decimal(1024**2),
+    "Gi": Decimal(1024**3),
+    "Ti": Decimal(1024**4),
+    "Pi": Decimal(1024**5),
+    "Ei": Decimal(1024**6),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
 }
+_MAX = Decimal(2**63)  # Kubernetes quantities are int64 (milli-values of cpu even less)
 _RE = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 
 
@@ -23,15 +38,20 @@ def parse_quantity(value: str | int | float) -> Decimal:
     if isinstance(value, bool):
         raise ModelError(f"invalid quantity {value!r}")
     if isinstance(value, int | float):
-        return Decimal(str(value))
+        num = Decimal(str(value))
+        if not num.is_finite() or abs(num) > _MAX:
+            raise ModelError(f"quantity out of range {value!r}")
+        return num
     m = _RE.match(value.strip())
     if not m:
         raise ModelError(f"invalid quantity {value!r}")
     try:
-        num = Decimal(m.group(1))
-    except InvalidOperation:
+        result = Decimal(m.group(1)) * _SUFFIX[m.group(2) or ""]
+    except (InvalidOperation, ArithmeticError):
         raise ModelError(f"invalid quantity {value!r}") from None
-    return num * _SUFFIX[m.group(2) or ""]
+    if not result.is_finite() or abs(result) > _MAX:
+        raise ModelError(f"quantity out of range {value!r}")
+    return result
 
 
 def to_milli(value: str | int | float) -> int:
@@ -42,3 +62,42 @@ def to_milli(value: str | int | float) -> int:
 def to_int(value: str | int | float) -> int:
     """Quantity → whole base units (bytes), rounded up."""
     return math.ceil(parse_quantity(value))
+
+
+#: Deprecated extended-resource names and the `kubernetes.io/` names they stand for.
+DEPRECATED_RESOURCE_NAMES = {
+    "koordinator.sh/batch-cpu": "kubernetes.io/batch-cpu",
+    "koordinator.sh/batch-memory": "kubernetes.io/batch-memory",
+}
+#: Resources whose quantity is counted in milli-units (only the standard CPU; batch/mid CPU are already
+#: integer milli-cores on the wire, e.g. `kubernetes.io/batch-cpu: 2000` = 2 cores).
+MILLI_RESOURCES = frozenset({"cpu"})
+
+
+@lru_cache(maxsize=4096)
+def resource_value(name: str, value: str | int | float) -> int:
+    """One resource quantity in the agent's unit: `cpu` → milli-cores, everything else → whole units
+    (bytes for memory, milli-cores for batch/mid cpu); ModelError if malformed."""
+    if name in MILLI_RESOURCES:
+        return to_milli(value)
+    return to_int(value)
+
+
+def parse_resource_list(raw: Mapping[str, Any]) -> tuple[dict[str, int], list[str]]:
+    """A ResourceList dict → ({name: value}, [errors]); deprecated names mapped, malformed ones left out."""
+    out: dict[str, int] = {}
+    errors: list[str] = []
+    if not isinstance(raw, Mapping):
+        return out, [f"expected a resource map (got {type(raw).__name__})"]
+    for name, value in raw.items():
+        canonical = DEPRECATED_RESOURCE_NAMES.get(name, name)
+        if canonical != name and canonical in raw:
+            continue  # the current name wins over the deprecated one
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            errors.append(f"{name}: invalid quantity {value!r}")
+            continue
+        try:
+            out[canonical] = resource_value(canonical, value)
+        except ModelError as exc:
+            errors.append(f"{name}: {exc}")
+    return out, errors

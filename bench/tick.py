@@ -1,0 +1,167 @@
+"""Benchmark: one metrics-collector round for 50 / 200 / 500 synthetic pods (CPU time and wall time).
+
+Each pod has two started containers (half BE, half LS/Burstable); the synthetic cgroup tree lives on tmpfs
+(/dev/shm when present), the closest stand-in for kernfs. A round = read /proc, every pod and container
+cgroup, the BE aggregate, store the samples, publish the MetricTick. Budget: a 200-pod round <= 20 ms CPU.
+
+    python bench/tick.py [--quick] [--runs N] [--version v1|v2] [--real]
+
+--real builds the pods as scratch cgroups on this machine's cgroup v1 hierarchy (root needed; removed
+afterwards), so the reads hit kernfs instead of tmpfs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from _common import machine, median, parser, percentile, table
+from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
+from koordqos.cgroups.reader import CgroupReader
+from koordqos.cgroups.resources import CgroupVersion
+from koordqos.events.bus import EventBus
+from koordqos.events.types import PodUpserted
+from koordqos.metrics.collector import MetricsCollector
+from koordqos.metrics.store import MetricStore
+from koordqos.metrics.topology import read_topology
+from koordqos.model.pod import BATCH_CPU, LABEL_QOS, ContainerInfo, KubeQoS, PodInfo
+from koordqos.testing.nodefs import SyntheticNode
+from koordqos.testing.scratchcg import Scratch, unavailable_reason
+
+
+def make_pods(n: int) -> list[PodInfo]:
+    """n pods, half BE (batch-cpu requests), half Burstable, two containers each."""
+    pods = []
+    for i in range(n):
+        be = i % 2 == 0
+        containers = tuple(
+            ContainerInfo(
+                name=f"c{j}",
+                container_id=f"containerd://{i:06x}{j:02x}" + "ab" * 28,
+                requests={BATCH_CPU: 500} if be else {"cpu": 500},
+            )
+            for j in range(2)
+        )
+        pods.append(
+            PodInfo(
+                uid=f"{i:08x}-0000-4000-8000-{i:012x}",
+                namespace="bench",
+                name=f"pod-{i}",
+                kube_qos=KubeQoS.BESTEFFORT if be else KubeQoS.BURSTABLE,
+                labels={LABEL_QOS: "BE"} if be else {},
+                containers=containers,
+            )
+        )
+    return pods
+
+
+async def measure(n: int, rounds: int, version: CgroupVersion, base: Path) -> tuple[list[float], list[float]]:
+    """CPU and wall seconds of `rounds` collector rounds over n pods (after one warm-up round)."""
+    node = SyntheticNode(base, version, CgroupDriver.SYSTEMD, cpus=os.cpu_count() or 2)
+    bus = EventBus()
+    for pod in make_pods(n):
+        node.add_pod(pod)
+        await bus.publish(PodUpserted(pod))
+    store = MetricStore()
+    coll = MetricsCollector(
+        bus,
+        node.layout,
+        CgroupReader(node.layout),
+        store,
+        proc_root=node.proc_root,
+        topology=read_topology(node.sys_root),
+    )
+    await coll.round()  # warm-up: first deltas, path memos
+    cpu, wall = [], []
+    for _ in range(rounds):
+        c0, w0 = time.process_time(), time.perf_counter()
+        await coll.round()
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+    assert len(coll.last.pods if coll.last else {}) == n, "every pod measured"
+    return cpu, wall
+
+
+class _ScratchLayout(CgroupLayout):
+    """A cgroupfs v1 layout whose kubepods tree lives under a scratch cgroup."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__("/sys/fs/cgroup", CgroupVersion.V1, CgroupDriver.CGROUPFS)
+        self.prefix = prefix
+
+    def kubepods_dir(self) -> str:
+        return f"{self.prefix}/{super().kubepods_dir()}"
+
+    def qos_dir(self, kube_qos: KubeQoS) -> str:
+        return f"{self.prefix}/{super().qos_dir(kube_qos)}"
+
+
+async def measure_real(n: int, rounds: int) -> tuple[list[float], list[float]]:
+    """Like `measure`, on scratch cgroups of the real v1 hierarchy."""
+    scratch = Scratch()
+    try:
+        scratch.mkcg("")
+        layout = _ScratchLayout(scratch.name)
+        for rel in ("kubepods", "kubepods/burstable", "kubepods/besteffort"):
+            scratch.mkcg(rel)
+        bus = EventBus()
+        for pod in make_pods(n):
+            pod_dir = layout.pod_dir(pod)
+            scratch.mkcg(pod_dir.removeprefix(scratch.name + "/"))
+            for c in pod.containers:
+                scratch.mkcg(
+                    layout.container_dir_in(pod_dir, c.container_id).removeprefix(scratch.name + "/")
+                )
+            await bus.publish(PodUpserted(pod))
+        reader = CgroupReader(layout)
+        coll = MetricsCollector(bus, layout, reader, MetricStore(), topology=read_topology("/sys"))
+        await coll.round()
+        cpu, wall = [], []
+        for _ in range(rounds):
+            c0, w0 = time.process_time(), time.perf_counter()
+            await coll.round()
+            cpu.append(time.process_time() - c0)
+            wall.append(time.perf_counter() - w0)
+        assert len(coll.last.pods if coll.last else {}) == n, "every pod measured"
+        reader.close()
+        return cpu, wall
+    finally:
+        scratch.cleanup()
+
+
+def main() -> None:
+    """Run the benchmark and print a table (median of runs; ms per round)."""
+    ap = parser(__doc__ or "")
+    ap.add_argument("--version", choices=["v1", "v2"], default="v1")
+    ap.add_argument("--real", action="store_true", help="scratch cgroups on the real v1 hierarchy")
+    args = ap.parse_args()
+    if args.real and (reason := unavailable_reason()):
+        print(f"--real unavailable: {reason}")
+        return
+    version = CgroupVersion(args.version)
+    rounds = 5 if args.quick else 30
+    runs = 1 if args.quick else args.runs
+    tmp_parent = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    rows = []
+    for n in (50, 200, 500):
+        cpu_med, cpu_p90, wall_med = [], [], []
+        for _ in range(runs):
+            if args.real:
+                cpu, wall = asyncio.run(measure_real(n, rounds))
+            else:
+                with tempfile.TemporaryDirectory(dir=tmp_parent, prefix="koordqos-bench-") as d:
+                    cpu, wall = asyncio.run(measure(n, rounds, version, Path(d)))
+            cpu_med.append(median(cpu) * 1e3)
+            cpu_p90.append(percentile(cpu, 90) * 1e3)
+            wall_med.append(median(wall) * 1e3)
+        rows.append((n, f"{median(cpu_med):.2f}", f"{median(cpu_p90):.2f}", f"{median(wall_med):.2f}"))
+    where = "real cgroup v1 (kernfs) cgroupfs" if args.real else f"synthetic tmpfs cgroup {version} systemd"
+    print(f"metrics collector round, {where}, {machine()}, {runs} runs x {rounds} rounds")
+    print(table(rows, ["pods", "CPU ms (median)", "CPU ms (p90)", "wall ms (median)"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,399 @@
+"""CgroupExecutor: turns `CgroupWrite` intents into cgroup file writes.
+
+Semantics (qos-manager.md §1.8, runtime-hooks.md §1.8):
+* write-if-different: the current content is read first and compared semantically; equal → no write;
+* cacheable intents are skipped while the cached value is unchanged and younger than
+  `force_update_seconds` (60 s), so an external change is corrected within that time;
+* `apply` is leveled: pass 1 walks QoS → pod → container writing, for mergeable resources (cfs quota,
+  cpusets, memory.min/low/high), the looser of current and new, and plain resources directly; pass 2 walks
+  container → pod → QoS writing the exact mergeable values. A parent is thus never tighter than a child in
+  between (cgroup v1 rejects such writes anyway);
+* memory-limit writes (which may block in reclaim) run in a worker thread; the rest are direct `os` calls;
+* "dir vanished" and "unsupported" are outcomes, not errors; paths outside the cgroup root are refused;
+* every write (or would-be write in dry-run) and every failure goes to the decision log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import errno
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from prometheus_client import Counter
+
+from koordqos import observability as obs
+from koordqos.cgroups.layout import CgroupLayout, ResourceUnsupported
+from koordqos.cgroups.resources import (
+    RESOURCES,
+    Merge,
+    Resource,
+    get_resource,
+    merged_value,
+    parse_cpuset,
+    parse_current,
+    render,
+    same_value,
+    validate,
+)
+from koordqos.decisions import DecisionLog
+from koordqos.errors import CgroupError, PathEscapeError
+
+log = structlog.get_logger("koordqos.cgroups.executor")
+
+CGROUP_WRITES = Counter(
+    "koordqos_cgroup_writes_total",
+    "Cgroup write intents by resource and outcome",
+    ["resource", "outcome"],
+    registry=obs.REGISTRY,
+)
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Level(enum.IntEnum):
+    """Where in the hierarchy a write lands; leveled batches order by it."""
+
+    QOS = 0
+    POD = 1
+    CONTAINER = 2
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupWrite:
+    """Intent: set logical `resource` (v1 name, e.g. "cpu.cfs_quota_us") of relative dir `parent`."""
+
+    parent: str
+    resource: str
+    value: int | str
+    level: Level = Level.POD
+    cacheable: bool = True
+
+
+class Outcome(enum.StrEnum):
+    """What happened to one intent."""
+
+    WRITTEN = "written"
+    DRY_RUN = "dry-run"  # would have been written
+    UNCHANGED = "unchanged"  # file already held the value
+    CACHED = "cached"  # skipped by the cache
+    VANISHED = "vanished"  # the cgroup dir does not exist (any more)
+    UNSUPPORTED = "unsupported"  # no such file on this node
+    INVALID = "invalid"  # value failed validation (or unknown resource)
+    REFUSED = "refused"  # path would leave the cgroup root
+    FAILED = "failed"  # the kernel rejected the write / I/O error
+
+
+_PROBLEMS = frozenset({Outcome.INVALID, Outcome.REFUSED, Outcome.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """The outcome of one intent, with the file's content before and the text written (or to write)."""
+
+    write: CgroupWrite
+    outcome: Outcome
+    old: str | None = None
+    new: str | None = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Not invalid, refused or failed (vanished/unsupported count as fine)."""
+        return self.outcome not in _PROBLEMS
+
+
+def read_file(path: os.PathLike[str] | str) -> str:
+    """Read a small kernel file without following a symlink at the leaf."""
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        return os.read(fd, 65536).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
+def write_file(path: os.PathLike[str] | str, text: str) -> None:
+    """Write a small kernel file (must already exist: cgroup files are never created)."""
+    fd = os.open(path, _WRITE_FLAGS)
+    try:
+        os.write(fd, text.encode("ascii"))
+    finally:
+        os.close(fd)
+
+
+class CgroupExecutor:
+    """Applies cgroup write intents; shared by every strategy and hook (service "executor")."""
+
+    def __init__(
+        self,
+        layout: CgroupLayout,
+        decisions: DecisionLog,
+        *,
+        force_update_seconds: float = 60.0,
+        dry_run: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.layout = layout
+        self.decisions = decisions
+        self.force_update_seconds = force_update_seconds
+        self._dry_run = dry_run
+        self._clock = clock
+        self._cache: dict[tuple[str, str], tuple[str, float]] = {}  # (parent, resource) → (value, when)
+        self._paths: dict[tuple[str, str], str] = {}  # (parent, resource) → confined file path
+        self._counters: dict[tuple[str, str], Any] = {}
+        self._warned: set[tuple[str, str]] = set()
+        self.file_reads = 0
+        self.file_writes = 0
+
+    @property
+    def dry_run(self) -> bool:
+        """Dry-run: decisions recorded, nothing written (defaults to the decision log's setting)."""
+        return self.decisions.dry_run if self._dry_run is None else self._dry_run
+
+    # -- public API ----------------------------------------------------------------------------------------
+
+    async def apply(
+        self, strategy: str, writes: Sequence[CgroupWrite], reason: str = ""
+    ) -> list[WriteResult]:
+        """Apply a leveled batch (loosen top-down, exact bottom-up); one result per intent, in input order."""
+        results: list[WriteResult | None] = [None] * len(writes)
+        order = sorted(range(len(writes)), key=lambda i: writes[i].level)
+        deferred: list[int] = []
+        for i in order:  # pass 1: top → bottom
+            w = writes[i]
+            res = self._resource(w)
+            if res is None or res.merge is Merge.NONE:
+                results[i] = await self._write(strategy, reason, w)
+                continue
+            early = await self._loosen(strategy, reason, w, res)
+            if early is not None:
+                results[i] = early
+            else:
+                deferred.append(i)
+        for i in sorted(deferred, key=lambda i: writes[i].level, reverse=True):  # pass 2: bottom → top
+            results[i] = await self._write(strategy, reason, writes[i])
+        return [r for r in results if r is not None]
+
+    async def apply_sequential(
+        self, strategy: str, writes: Sequence[CgroupWrite], reason: str = ""
+    ) -> list[WriteResult]:
+        """Apply intents exactly in the given order, without the leveled merge pass."""
+        return [await self._write(strategy, reason, w) for w in writes]
+
+    async def update(self, strategy: str, write: CgroupWrite, reason: str = "") -> WriteResult:
+        """Apply a single intent."""
+        return await self._write(strategy, reason, write)
+
+    def read(self, parent: str, resource: str) -> str | None:
+        """Raw content of `resource`'s file in `parent`; None if the dir/file is missing or unsupported."""
+        try:
+            path = self.layout.file_path(parent, resource)
+            self.file_reads += 1
+            return read_file(path)
+        except (OSError, CgroupError):  # missing, unsupported, refused (counted by the layout)
+            return None
+
+    def read_value(self, parent: str, resource: str) -> int | str | None:
+        """The current logical value (ints, -1 for unlimited); None when missing or unparsable."""
+        res = get_resource(resource)
+        text = self.read(parent, resource)
+        if text is None:
+            return None
+        try:
+            return parse_current(res, self.layout.version, text)
+        except (ValueError, IndexError):
+            return None
+
+    def invalidate(self, parent_prefix: str = "") -> None:
+        """Drop cached values under `parent_prefix` (all when empty) so the next intents are re-checked."""
+        if not parent_prefix:
+            self._cache.clear()
+            self._paths.clear()
+            return
+        self._cache = {k: v for k, v in self._cache.items() if not k[0].startswith(parent_prefix)}
+        self._paths = {k: v for k, v in self._paths.items() if not k[0].startswith(parent_prefix)}
+        self.layout.forget(parent_prefix)
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _resource(self, w: CgroupWrite) -> Resource | None:
+        try:
+            return get_resource(w.resource)
+        except CgroupError:
+            return None
+
+    async def _loosen(self, strategy: str, reason: str, w: CgroupWrite, res: Resource) -> WriteResult | None:
+        """Pass-1 step for a mergeable intent: write the looser value; a result ends the intent early."""
+        if w.cacheable and self._cache_hit(w):
+            return self._done(w, Outcome.CACHED)
+        pre = self._precheck(strategy, reason, w)
+        if isinstance(pre, WriteResult):
+            return pre
+        current = self.read_value(w.parent, w.resource)
+        if current is None:
+            return None  # pass 2 reports vanished/unsupported
+        merged = merged_value(res, current, w.value)
+        if _same_logical(res, merged, current):
+            return None  # nothing to loosen: pass 2 writes the exact value
+        if _same_logical(res, merged, w.value):
+            # loosening *is* the exact value: write it now, top-down, and skip pass 2
+            return await self._write(strategy, reason, w)
+        loosen = CgroupWrite(w.parent, w.resource, merged, w.level, cacheable=False)
+        result = await self._write(strategy, reason, loosen, action="write-loosen")
+        if not result.ok:
+            return WriteResult(w, result.outcome, result.old, result.new, result.error)
+        return None
+
+    def _precheck(self, strategy: str, reason: str, w: CgroupWrite) -> WriteResult | tuple[str, Resource]:
+        try:
+            res = get_resource(w.resource)
+        except CgroupError as exc:
+            return self._problem(strategy, reason, w, Outcome.INVALID, str(exc))
+        if not self.layout.supports(res):
+            return self._done(w, Outcome.UNSUPPORTED)
+        key = (w.parent, w.resource)
+        try:
+            path = self._paths.get(key) or self._path(key, res)
+        except PathEscapeError as exc:
+            return self._problem(strategy, reason, w, Outcome.REFUSED, str(exc))
+        except ResourceUnsupported:
+            return self._done(w, Outcome.UNSUPPORTED)
+        try:
+            validate(res, w.value)
+        except CgroupError as exc:
+            return self._problem(strategy, reason, w, Outcome.INVALID, str(exc))
+        return path, res
+
+    def _path(self, key: tuple[str, str], res: Resource) -> str:
+        path = str(self.layout.file_path(key[0], res))
+        if len(self._paths) > 65536:
+            self._paths.clear()
+        self._paths[key] = path
+        return path
+
+    def _cache_hit(self, w: CgroupWrite) -> bool:
+        # only values that were written (so known, supported, valid and confined) are ever cached
+        hit = self._cache.get((w.parent, w.resource))
+        return (
+            hit is not None and hit[0] == str(w.value) and self._clock() - hit[1] < self.force_update_seconds
+        )
+
+    async def _write(self, strategy: str, reason: str, w: CgroupWrite, action: str = "write") -> WriteResult:
+        if w.cacheable and self._cache_hit(w):
+            return self._done(w, Outcome.CACHED)
+        pre = self._precheck(strategy, reason, w)
+        if isinstance(pre, WriteResult):
+            return pre
+        path, res = pre
+        try:
+            self.file_reads += 1
+            current = read_file(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return self._missing(w, path)
+        except OSError as exc:
+            return self._problem(strategy, reason, w, Outcome.FAILED, f"read {path}: {exc.strerror}")
+        new = render(res, w.value, self.layout.version, current)
+        if same_value(res, self.layout.version, current, new):
+            self._remember(w)
+            return self._done(w, Outcome.UNCHANGED, current.strip(), new)
+        target = f"{w.parent}/{w.resource}"
+        if self.dry_run:
+            self.decisions.record(strategy, target, action, current.strip(), new, reason, dry_run=True)
+            self._remember(w)
+            return self._done(w, Outcome.DRY_RUN, current.strip(), new)
+        try:
+            self.file_writes += 1
+            if res.blocking:
+                await asyncio.to_thread(write_file, path, new)
+            else:
+                write_file(path, new)
+        except (FileNotFoundError, NotADirectoryError):
+            return self._missing(w, path)
+        except OSError as exc:
+            err = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+            return self._problem(
+                strategy,
+                reason,
+                w,
+                Outcome.FAILED,
+                f"write {new!r} to {path}: {exc.strerror} ({err})",
+                old=current.strip(),
+                new=new,
+            )
+        self._remember(w)
+        self.decisions.record(strategy, target, action, current.strip(), new, reason, dry_run=False)
+        return self._done(w, Outcome.WRITTEN, current.strip(), new)
+
+    def _remember(self, w: CgroupWrite) -> None:
+        if w.cacheable:
+            self._cache[(w.parent, w.resource)] = (str(w.value), self._clock())
+
+    def _missing(self, w: CgroupWrite, path: str) -> WriteResult:
+        self._cache.pop((w.parent, w.resource), None)
+        self._paths.pop((w.parent, w.resource), None)
+        if os.path.isdir(os.path.dirname(path)):
+            return self._done(w, Outcome.UNSUPPORTED)
+        return self._done(w, Outcome.VANISHED)
+
+    def _done(
+        self, w: CgroupWrite, outcome: Outcome, old: str | None = None, new: str | None = None
+    ) -> WriteResult:
+        key = (w.resource, outcome.value)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = CGROUP_WRITES.labels(*key)
+        counter.inc()
+        return WriteResult(w, outcome, old, new)
+
+    def _problem(
+        self,
+        strategy: str,
+        reason: str,
+        w: CgroupWrite,
+        outcome: Outcome,
+        error: str,
+        old: str | None = None,
+        new: str | None = None,
+    ) -> WriteResult:
+        resource = w.resource if w.resource in RESOURCES else "unknown"
+        CGROUP_WRITES.labels(resource, outcome.value).inc()
+        obs.ERRORS.labels("cgroup-executor", outcome.value).inc()
+        key = (f"{w.parent}/{w.resource}", outcome.value)
+        if key not in self._warned:
+            if len(self._warned) > 4096:
+                self._warned.clear()
+            self._warned.add(key)
+            log.warning(
+                "cgroup write not applied",
+                strategy=strategy,
+                parent=w.parent,
+                resource=w.resource,
+                value=w.value,
+                outcome=outcome.value,
+                error=error,
+            )
+        self.decisions.record(
+            strategy,
+            f"{w.parent}/{w.resource}",
+            f"write-{outcome.value}",
+            old,
+            new if new is not None else w.value,
+            f"{reason}: {error}" if reason else error,
+            quiet=True,
+        )
+        return WriteResult(w, outcome, old, new, error)
+
+
+def _same_logical(res: Resource, a: int | str, b: int | str) -> bool:
+    if res.merge is Merge.LOOSER:
+        try:
+            return parse_cpuset(str(a)) == parse_cpuset(str(b))
+        except ValueError:
+            return False
+    return str(a) == str(b)

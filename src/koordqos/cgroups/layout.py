@@ -1,0 +1,380 @@
+"""CgroupLayout: where the node's cgroups are (v1/v2/hybrid, systemd/cgroupfs) and how dirs are named.
+
+Directories are handled as paths *relative* to the hierarchy ("kubepods/besteffort/pod<uid>"); `file_path`
+turns (relative dir, resource) into an absolute file path: `<root>/<subsystem>/<dir>/<file>` on v1,
+`<root>/<dir>/<file>` on v2. Every such path is confined under the cgroup root: relative dirs with `..`,
+absolute parts or NUL bytes are refused, and the resolved path (symlinks followed) must stay inside the root;
+violations raise `PathEscapeError` and are counted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+from prometheus_client import Counter
+
+from koordqos import observability as obs
+from koordqos.cgroups.resources import CgroupVersion, Resource, get_resource
+from koordqos.errors import CgroupError, PathEscapeError
+from koordqos.model.pod import KubeQoS, PodInfo
+
+log = structlog.get_logger("koordqos.cgroups")
+
+PATH_REFUSED = Counter(
+    "koordqos_cgroup_path_refused_total",
+    "Cgroup paths refused because they would resolve outside the cgroup root",
+    ["reason"],
+    registry=obs.REGISTRY,
+)
+
+
+class CgroupDriver(enum.StrEnum):
+    """The kubelet cgroup driver, which decides directory naming."""
+
+    SYSTEMD = "systemd"
+    CGROUPFS = "cgroupfs"
+
+
+class ResourceUnsupported(CgroupError):
+    """The resource has no file on this node (other cgroup version, or a kernel without it)."""
+
+
+RUNTIME_SCOPE_PREFIX = {
+    "containerd": "cri-containerd",
+    "cri-o": "crio",
+    "docker": "docker",
+    "pouch": "pouch",
+}
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
+_UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """A container id split into its runtime and its bare id."""
+
+    runtime: str
+    id: str
+
+
+def parse_container_id(text: str) -> ContainerRef:
+    """Parse `<runtime>://<id>` (containerd, cri-o, docker, pouch); CgroupError/PathEscapeError if not."""
+    runtime, sep, cid = text.partition("://")
+    if not sep:
+        raise CgroupError(f"container id {text!r} has no '<runtime>://' prefix")
+    if runtime not in RUNTIME_SCOPE_PREFIX:
+        raise CgroupError(f"container id {text!r}: unknown runtime {runtime!r}")
+    if not _ID_RE.match(cid) or ".." in cid:
+        PATH_REFUSED.labels("container-id").inc()
+        raise PathEscapeError(f"container id {text!r} is not a plain identifier")
+    return ContainerRef(runtime, cid)
+
+
+def _check_uid(uid: str) -> str:
+    if not _UID_RE.match(uid):
+        PATH_REFUSED.labels("pod-uid").inc()
+        raise PathEscapeError(f"pod uid {uid!r} is not a plain identifier")
+    return uid
+
+
+def check_relative(rel: str) -> str:
+    """Normalise a relative cgroup dir ("a//b/" → "a/b"); PathEscapeError for `..`, absolute parts, NUL."""
+    if "\x00" in rel:
+        PATH_REFUSED.labels("nul").inc()
+        raise PathEscapeError(f"cgroup dir {rel!r} contains a NUL byte")
+    if rel.startswith("/"):
+        PATH_REFUSED.labels("absolute").inc()
+        raise PathEscapeError(f"cgroup dir {rel!r} is absolute; expected a dir relative to the cgroup root")
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        PATH_REFUSED.labels("dotdot").inc()
+        raise PathEscapeError(f"cgroup dir {rel!r} contains '..'")
+    return "/".join(parts)
+
+
+def kube_qos_of_parent(rel: str) -> KubeQoS:
+    """Kube QoS class of a cgroup dir by name (besteffort, else burstable, else Guaranteed)."""
+    if "besteffort" in rel:
+        return KubeQoS.BESTEFFORT
+    if "burstable" in rel:
+        return KubeQoS.BURSTABLE
+    return KubeQoS.GUARANTEED
+
+
+class CgroupLayout:
+    """The node's cgroup hierarchy: version, driver, directory naming, file paths, capabilities."""
+
+    def __init__(
+        self,
+        root: Path | str,
+        version: CgroupVersion = CgroupVersion.V1,
+        driver: CgroupDriver = CgroupDriver.CGROUPFS,
+        *,
+        hybrid: bool = False,
+        proc_root: Path | str = "/proc",
+        sys_root: Path | str = "/sys",
+    ) -> None:
+        self.root = Path(root)
+        self.version = version
+        self.driver = driver
+        self.hybrid = hybrid
+        self.proc_root = Path(proc_root)
+        self.sys_root = Path(sys_root)
+        self._real_root = os.path.realpath(self.root)
+        self._confined: set[tuple[str, str]] = set()  # (subsystem, rel) already checked for symlink escape
+        self._caps: dict[str, bool] = {}
+        self._core_sched: tuple[bool, str] | None = None
+
+    def __repr__(self) -> str:
+        hybrid = " hybrid" if self.hybrid else ""
+        return f"CgroupLayout({str(self.root)!r}, {self.version}{hybrid}, {self.driver})"
+
+    # -- detection --------------------------------------------------------------------------------
+
+    @classmethod
+    def detect(
+        cls,
+        root: Path | str,
+        *,
+        version: CgroupVersion | None = None,
+        driver: CgroupDriver | None = None,
+        proc_root: Path | str = "/proc",
+        sys_root: Path | str = "/sys",
+    ) -> CgroupLayout:
+        """Detect version (v2 if `cgroup.controllers` at the root; hybrid = v1 + `unified/`) and driver.
+
+        The driver is systemd when `kubepods.slice` exists, cgroupfs when `kubepods` does; an empty root
+        defaults to v1 + cgroupfs. Explicit `version`/`driver` win over detection.
+        """
+        r = Path(root)
+        hybrid = False
+        if version is None:
+            if (r / "cgroup.controllers").exists():
+                version = CgroupVersion.V2
+            else:
+                version = CgroupVersion.V1
+                hybrid = (r / "unified" / "cgroup.controllers").exists()
+        if driver is None:
+            base = r if version is CgroupVersion.V2 else r / "cpu"
+            driver = CgroupDriver.SYSTEMD if (base / "kubepods.slice").is_dir() else CgroupDriver.CGROUPFS
+        layout = cls(r, version, driver, hybrid=hybrid, proc_root=proc_root, sys_root=sys_root)
+        log.info("cgroup layout", root=str(r), version=str(version), driver=str(driver), hybrid=hybrid)
+        return layout
+
+    # -- directory naming -------------------------------------------------------------------------
+
+    def kubepods_dir(self) -> str:
+        """Relative dir of the kubepods root (parent of every pod cgroup; the Guaranteed QoS dir)."""
+        return "kubepods.slice" if self.driver is CgroupDriver.SYSTEMD else "kubepods"
+
+    def qos_dir(self, kube_qos: KubeQoS) -> str:
+        """Relative dir of a Kubernetes QoS class (Guaranteed is the kubepods root itself)."""
+        if kube_qos is KubeQoS.GUARANTEED:
+            return self.kubepods_dir()
+        name = "burstable" if kube_qos is KubeQoS.BURSTABLE else "besteffort"
+        if self.driver is CgroupDriver.SYSTEMD:
+            return f"kubepods.slice/kubepods-{name}.slice"
+        return f"kubepods/{name}"
+
+    def qos_dirs(self) -> tuple[str, str, str]:
+        """Relative dirs of Guaranteed, Burstable and BestEffort, in that order."""
+        return (
+            self.qos_dir(KubeQoS.GUARANTEED),
+            self.qos_dir(KubeQoS.BURSTABLE),
+            self.qos_dir(KubeQoS.BESTEFFORT),
+        )
+
+    def pod_dir_for(self, uid: str, kube_qos: KubeQoS) -> str:
+        """Relative dir of a pod by uid and Kubernetes QoS class (PathEscapeError for a hostile uid)."""
+        _check_uid(uid)
+        parent = self.qos_dir(kube_qos)
+        if self.driver is CgroupDriver.SYSTEMD:
+            prefix = {
+                KubeQoS.GUARANTEED: "kubepods",
+                KubeQoS.BURSTABLE: "kubepods-burstable",
+                KubeQoS.BESTEFFORT: "kubepods-besteffort",
+            }[kube_qos]
+            return f"{parent}/{prefix}-pod{uid.replace('-', '_')}.slice"
+        return f"{parent}/pod{uid}"
+
+    def pod_dir(self, pod: PodInfo) -> str:
+        """Relative dir of `pod` (from its uid and Kubernetes QoS class)."""
+        return self.pod_dir_for(pod.uid, pod.kube_qos)
+
+    def container_dir_in(self, pod_dir: str, container_id: str) -> str:
+        """Relative dir of a container (`<runtime>://<id>`) inside a pod dir."""
+        ref = parse_container_id(container_id)
+        pod_dir = check_relative(pod_dir)
+        if self.driver is CgroupDriver.SYSTEMD:
+            return f"{pod_dir}/{RUNTIME_SCOPE_PREFIX[ref.runtime]}-{ref.id}.scope"
+        return f"{pod_dir}/{ref.id}"
+
+    def container_dir(self, pod: PodInfo, container_id: str) -> str:
+        """Relative dir of one of `pod`'s containers (`<runtime>://<id>`)."""
+        return self.container_dir_in(self.pod_dir(pod), container_id)
+
+    def normalize_parent(self, parent: str) -> str:
+        """A cgroup parent as runtimes report it (NRI/CRI) → a checked relative dir.
+
+        Accepts cgroupfs paths ("/kubepods/besteffort/pod<uid>"), systemd slice names
+        ("kubepods-besteffort-pod<uid>.slice", expanded to the slice hierarchy) and systemd
+        "slice:prefix:id" container paths.
+        """
+        text = parent.strip()
+        if ":" in text and self.driver is CgroupDriver.SYSTEMD:
+            slice_name, prefix, cid = ([*text.split(":"), "", ""])[:3]
+            if not _ID_RE.match(cid) or not _ID_RE.match(prefix):
+                PATH_REFUSED.labels("container-id").inc()
+                raise PathEscapeError(f"cgroup path {parent!r} has a malformed systemd scope")
+            return f"{self._expand_slice(slice_name)}/{prefix}-{cid}.scope"
+        if text.endswith(".slice") and "/" not in text.strip("/"):
+            return self._expand_slice(text.strip("/"))
+        # runtimes report cgroupfs parents from the hierarchy root ("/kubepods/..."): that leading "/" is
+        # the cgroup root, not the host's; `..` is still refused
+        return check_relative(text.lstrip("/"))
+
+    def _expand_slice(self, name: str) -> str:
+        check_relative(name)
+        if not name.endswith(".slice") or "/" in name:
+            PATH_REFUSED.labels("slice").inc()
+            raise PathEscapeError(f"{name!r} is not a systemd slice name")
+        stem = name[: -len(".slice")]
+        parts = stem.split("-")
+        # systemd nests a-b-c.slice as a.slice/a-b.slice/a-b-c.slice
+        return "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
+
+    # -- paths ------------------------------------------------------------------------------------
+
+    def subsystem_dir(self, rel: str, subsystem: str) -> Path:
+        """Absolute dir for `rel` in `subsystem` (v1: `<root>/<subsystem>/<rel>`; v2: `<root>/<rel>`)."""
+        rel = check_relative(rel)
+        base = self.root / subsystem if self.version is CgroupVersion.V1 else self.root
+        path = base / rel if rel else base
+        key = (subsystem if self.version is CgroupVersion.V1 else "", rel)
+        if key not in self._confined:
+            self._confine(path)
+            if len(self._confined) > 65536:  # bound the memo; pods come and go
+                self._confined.clear()
+            self._confined.add(key)
+        return path
+
+    def _confine(self, path: Path) -> None:
+        real = os.path.realpath(path)
+        if real != self._real_root and not real.startswith(self._real_root.rstrip("/") + "/"):
+            PATH_REFUSED.labels("symlink").inc()
+            raise PathEscapeError(
+                f"cgroup path {str(path)!r} resolves to {real!r}, outside {self._real_root!r}"
+            )
+
+    def file_name(self, resource: Resource | str) -> str:
+        """The file of `resource` on this hierarchy (ResourceUnsupported if it has none)."""
+        res = get_resource(resource) if isinstance(resource, str) else resource
+        name = res.file(self.version)
+        if name is None:
+            raise ResourceUnsupported(f"{res.name} does not exist on cgroup {self.version}")
+        return name
+
+    def file_path(self, rel: str, resource: Resource | str) -> Path:
+        """Absolute, confined path of `resource`'s file in relative dir `rel`."""
+        res = get_resource(resource) if isinstance(resource, str) else resource
+        name = self.file_name(res)
+        path = self.subsystem_dir(rel, res.subsystem) / name
+        return path
+
+    def forget(self, rel_prefix: str) -> None:
+        """Drop memoised confinement checks under `rel_prefix` (after a dir was removed)."""
+        self._confined = {k for k in self._confined if not k[1].startswith(rel_prefix)}
+
+    # -- capabilities -----------------------------------------------------------------------------
+
+    def supports(self, resource: Resource | str) -> bool:
+        """Whether the node has `resource` (checked once, in the kubepods dir if present; then cached)."""
+        res = get_resource(resource) if isinstance(resource, str) else resource
+        cached = self._caps.get(res.name)
+        if cached is not None:
+            return cached
+        ok, why = self._probe(res)
+        self._caps[res.name] = ok
+        if not ok:
+            log.info(
+                "cgroup resource unsupported on this node",
+                resource=res.name,
+                reason=why,
+                version=str(self.version),
+            )
+        return ok
+
+    def _probe(self, res: Resource) -> tuple[bool, str]:
+        name = res.file(self.version)
+        if name is None:
+            return False, f"no {self.version} file"
+        base = self.root / res.subsystem if self.version is CgroupVersion.V1 else self.root
+        if not base.is_dir():
+            return False, f"{base} missing"
+        kubepods = base / self.kubepods_dir()
+        probe = kubepods if kubepods.is_dir() else base
+        if (probe / name).exists():
+            return True, "file exists"
+        if res.standard and probe == base:
+            # root cgroups lack some per-group files (v2 cpu.max); the controller being present is enough
+            if self.version is CgroupVersion.V1:
+                return True, "controller mounted"
+            try:
+                controllers = (base / "cgroup.controllers").read_text().split()
+            except OSError:
+                return False, "cgroup.controllers unreadable"
+            if res.subsystem in controllers:
+                return True, "controller enabled"
+            return False, f"controller {res.subsystem} not enabled"
+        return False, f"{probe / name} missing"
+
+    def refresh_capabilities(self) -> None:
+        """Forget cached capability results (e.g. once kubepods has been created)."""
+        self._caps.clear()
+        self._core_sched = None
+
+    def group_identity_supported(self) -> bool:
+        """Group identity: bvt file in the Guaranteed QoS dir, or sysctl sched_group_identity_enabled."""
+        if self.supports("cpu.bvt_warp_ns"):
+            return True
+        return (self.proc_root / "sys/kernel/sched_group_identity_enabled").exists()
+
+    def core_sched_supported(self) -> tuple[bool, str]:
+        """Core scheduling support and why (sysctl, sched_features, or a prctl probe on the real host)."""
+        if self._core_sched is None:
+            self._core_sched = self._probe_core_sched()
+        return self._core_sched
+
+    def _probe_core_sched(self) -> tuple[bool, str]:
+        if (self.proc_root / "sys/kernel/sched_core").exists():
+            return True, "sysctl supported"
+        feats = self.sys_root / "kernel/debug/sched_features"
+        try:
+            text = feats.read_text()
+        except OSError:
+            text = None
+        if text is not None and ("CORE_SCHED" in text):
+            return True, "sched_features supported"
+        if str(self.proc_root) == "/proc":
+            return _prctl_core_sched_probe()
+        return False, "not supported neither by sysctl nor by sched_features"
+
+
+def _prctl_core_sched_probe() -> tuple[bool, str]:
+    """Ask the kernel for this process's core-sched cookie (PR_SCHED_CORE_GET); EINVAL means no support."""
+    pr_sched_core, get, pidtype_pid = 62, 0, 0
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        cookie = ctypes.c_ulong(0)
+        rc = libc.prctl(pr_sched_core, get, 0, pidtype_pid, ctypes.byref(cookie))
+    except (OSError, AttributeError):
+        return False, "prctl unavailable"
+    if rc == 0:
+        return True, "prctl supported"
+    return False, f"not supported by prctl (errno {ctypes.get_errno()})"

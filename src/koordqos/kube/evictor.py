@@ -1,0 +1,204 @@
+"""Evictor: policy/v1 Eviction with a UID precondition (qos-manager.md §3.1).
+
+* A pod whose UID was evicted in the last `ttl` seconds (2 min) is reported evicted without any call.
+* Success (200/201): Warning Event `evictPodSuccess` "evict Pod:<ns>/<name>, reason: <r>, message: <m>",
+  UID cached, counted, True.
+* Failure: Warning Event `evictPodFail` with ", error <err>" appended, False. This includes 429 (a
+  PodDisruptionBudget forbids it now: the strategy retries on a later round, nothing is cached), 404 (the pod
+  is gone) and 409 (the UID precondition failed: a different pod now has that name).
+* Calls are rate-limited to `qps` per second (token bucket).
+* Dry-run, and local mode: the decision is recorded, nothing is called, and the result is True (UID cached)
+  so the decisions show what a real run would do.
+Every attempt is a decision in the decision log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+from urllib.parse import quote
+
+import structlog
+from prometheus_client import Counter
+
+from koordqos import observability as obs
+from koordqos.decisions import DecisionLog
+from koordqos.errors import KoordQoSError
+from koordqos.kube.client import ApiError, KubeClient
+from koordqos.kube.events import EventRecorder, pod_reference
+from koordqos.model.pod import PodInfo
+
+log = structlog.get_logger("koordqos.kube.evictor")
+
+EVICTIONS = Counter(
+    "koordqos_pod_evictions_total",
+    "Pod eviction attempts by reason and result",
+    ["reason", "result"],
+    registry=obs.REGISTRY,
+)
+
+REASON_SUCCESS = "evictPodSuccess"
+REASON_FAIL = "evictPodFail"
+EVICTED_TTL_SECONDS = 120.0
+
+
+class EvictorService(Protocol):
+    """What strategies use (ctx.services["evictor"])."""
+
+    async def evict(self, pod: PodInfo, reason: str, message: str, strategy: str) -> bool: ...
+
+    def is_evicted(self, pod: PodInfo) -> bool: ...
+
+
+class TokenBucket:
+    """`qps` tokens per second, at most `burst` saved; `acquire` waits for a token."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.qps = qps
+        self._sleep = sleep
+        self.burst = burst if burst is not None else max(1, int(qps))
+        self._clock = clock
+        self._tokens = float(self.burst)
+        self._last = clock()
+        self._lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+        self._last = now
+
+    async def acquire(self) -> None:
+        """Take one token, waiting until one is available (callers are served in order)."""
+        async with self._lock:
+            self._refill()
+            if self._tokens < 1:
+                await self._sleep((1 - self._tokens) / self.qps)
+                self._refill()
+            self._tokens -= 1
+
+
+class EvictedCache:
+    """UID → expiry; entries live `ttl` seconds."""
+
+    def __init__(self, ttl: float = EVICTED_TTL_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self._clock = clock
+        self._expiry: dict[str, float] = {}
+
+    def add(self, uid: str) -> None:
+        """Remember `uid` for ttl seconds."""
+        self._gc()
+        self._expiry[uid] = self._clock() + self.ttl
+
+    def __contains__(self, uid: object) -> bool:
+        exp = self._expiry.get(uid) if isinstance(uid, str) else None
+        return exp is not None and exp > self._clock()
+
+    def _gc(self) -> None:
+        now = self._clock()
+        for uid in [u for u, e in self._expiry.items() if e <= now]:
+            del self._expiry[uid]
+
+    def __len__(self) -> int:
+        self._gc()
+        return len(self._expiry)
+
+
+def event_message(pod: PodInfo, reason: str, message: str) -> str:
+    """koordlet's event text."""
+    return f"evict Pod:{pod.namespace}/{pod.name}, reason: {reason}, message: {message}"
+
+
+class Evictor:
+    """Eviction through the API (cluster mode) or as logged decisions only (dry-run, local mode)."""
+
+    def __init__(
+        self,
+        decisions: DecisionLog,
+        client: Callable[[], Awaitable[KubeClient]] | None,
+        recorder: EventRecorder | None,
+        qps: float = 5.0,
+        dry_run: bool = False,
+        ttl: float = EVICTED_TTL_SECONDS,
+    ) -> None:
+        self.decisions = decisions
+        self._client = client
+        self.recorder = recorder
+        self.dry_run = dry_run
+        self.limiter = TokenBucket(qps)
+        self.evicted = EvictedCache(ttl)
+        self._recording = client is not None and not dry_run
+
+    def is_evicted(self, pod: PodInfo) -> bool:
+        """The pod's UID was evicted within the cache TTL."""
+        return pod.uid in self.evicted
+
+    async def evict(self, pod: PodInfo, reason: str, message: str, strategy: str) -> bool:
+        """Evict `pod` once; True if evicted now or already within the TTL."""
+        if pod.uid in self.evicted:
+            return True
+        target = pod.key
+        if not self._recording:
+            why = "dry-run" if self.dry_run else "local mode: evictions are logged only"
+            self.decisions.record(
+                strategy, target, "evict", new=pod.uid, reason=f"{reason}: {message} ({why})", dry_run=True
+            )
+            self.evicted.add(pod.uid)
+            EVICTIONS.labels(reason, "recorded").inc()
+            return True
+        await self.limiter.acquire()
+        error = await self._call(pod)
+        ref = pod_reference(pod.namespace, pod.name, pod.uid)
+        text = event_message(pod, reason, message)
+        if error is None:
+            self.evicted.add(pod.uid)
+            EVICTIONS.labels(reason, "success").inc()
+            self.decisions.record(strategy, target, "evict", new=pod.uid, reason=f"{reason}: {message}")
+            log.info("pod evicted", pod=target, uid=pod.uid, reason=reason, strategy=strategy)
+            await self._event(ref, REASON_SUCCESS, text)
+            return True
+        EVICTIONS.labels(reason, "failed").inc()
+        self.decisions.record(
+            strategy, target, "evict-failed", new=pod.uid, reason=f"{reason}: {message}; error {error}"
+        )
+        log.warning("eviction failed", pod=target, uid=pod.uid, reason=reason, error=error)
+        await self._event(ref, REASON_FAIL, f"{text}, error {error}")
+        return False
+
+    async def _call(self, pod: PodInfo) -> str | None:
+        """POST the Eviction; None on success, else the error text."""
+        if self._client is None:
+            return "no API client"
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            "deleteOptions": {"preconditions": {"uid": pod.uid}},
+        }
+        path = f"/api/v1/namespaces/{quote(pod.namespace, safe='')}/pods/{quote(pod.name, safe='')}/eviction"
+        try:
+            client = await self._client()
+            await client.request("POST", path, body=body)
+        except ApiError as exc:
+            if exc.status == 429:
+                return f"too many requests (disruption budget): {exc.message or exc.reason}"
+            if exc.status == 404:
+                return f"pod not found: {exc.message or exc.reason}"
+            if exc.status == 409:
+                return f"conflict (UID precondition failed): {exc.message or exc.reason}"
+            return str(exc)
+        except KoordQoSError as exc:
+            return str(exc)
+        return None
+
+    async def _event(self, ref: dict[str, str], reason: str, message: str) -> None:
+        if self.recorder is not None:
+            await self.recorder.record(ref, "Warning", reason, message)

@@ -1,0 +1,238 @@
+"""Reflector handlers: raw pod / Node / NodeSLO dicts → slim models → bus events.
+
+* pods on this node: a list publishes `PodsReplaced` (only when something differs from what was published),
+  events publish `PodUpserted` / `PodDeleted`; `SourceSynced("pods")` after the first list.
+* the Node: `NodeUpdated` when anything but its resourceVersion changed; `SourceSynced("node")` once seen.
+* the NodeSLO named after the node: merged with defaults; a missing object (or CRD) means the defaults; an
+  invalid one keeps the last good NodeSLO (logged, counted, and a Warning Event on the object);
+  `NodeSLOUpdated` only when the merged spec changed; `SourceSynced("nodeslo")` after the first list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from prometheus_client import Counter
+
+from koordqos import observability as obs
+from koordqos.errors import ModelError
+from koordqos.events.types import (
+    NodeSLOUpdated,
+    NodeUpdated,
+    PodDeleted,
+    PodsReplaced,
+    PodUpserted,
+    SourceSynced,
+)
+from koordqos.kube.events import EventRecorder, nodeslo_reference
+from koordqos.kube.watch import WatchEvent
+from koordqos.model.node import NodeInfo, parse_node
+from koordqos.model.nodeslo import NodeSLO, default_nodeslo, parse_nodeslo
+from koordqos.model.pod import PodInfo, parse_pod
+
+if TYPE_CHECKING:
+    from koordqos.events.bus import EventBus
+
+log = structlog.get_logger("koordqos.kube.sources")
+
+NODESLO_INVALID = Counter(
+    "koordqos_nodeslo_invalid_total",
+    "NodeSLO objects rejected (the last good one kept)",
+    ["source"],
+    registry=obs.REGISTRY,
+)
+
+PODS_PATH = "/api/v1/pods"
+NODES_PATH = "/api/v1/nodes"
+NODESLOS_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
+PARSE_BATCH = 25  # pods parsed between yields to the loop during a re-list (~25-50 µs each)
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("uid", ""))
+
+
+class PodSource:
+    """Pods of this node (field selector `spec.nodeName`)."""
+
+    def __init__(self, bus: EventBus, node_name: str) -> None:
+        self.bus = bus
+        self.node_name = node_name
+        self.known: dict[str, str] = {}  # uid → resourceVersion last published
+        self._synced = False
+
+    async def on_list(self, items: list[dict[str, Any]]) -> None:
+        """A full list: publish PodsReplaced when it differs from what subscribers already have."""
+        pods: list[PodInfo] = []
+        for i, raw in enumerate(items):
+            if i and i % PARSE_BATCH == 0:
+                await asyncio.sleep(0)
+            pod = parse_pod(raw)
+            if pod.uid and self._mine(pod):
+                pods.append(pod)
+        listed = {p.uid: p.resource_version for p in pods}
+        if listed != self.known or not self._synced:
+            gone = self.known.keys() - listed.keys()
+            if gone:
+                log.info("pods deleted while not watching", count=len(gone))
+            self.known = listed
+            await self.bus.publish(PodsReplaced(tuple(pods), source="api"))
+        if not self._synced:
+            self._synced = True
+            await self.bus.publish(SourceSynced("pods"))
+
+    async def on_event(self, event: WatchEvent) -> None:
+        """ADDED/MODIFIED → PodUpserted; DELETED → PodDeleted."""
+        uid = _uid(event.object)
+        if not uid:
+            return
+        if event.type == "DELETED":
+            if self.known.pop(uid, None) is not None:
+                await self.bus.publish(PodDeleted(uid))
+            return
+        pod = parse_pod(event.object)
+        if not self._mine(pod):
+            # moved off this node (or a server that ignores the field selector)
+            if self.known.pop(uid, None) is not None:
+                await self.bus.publish(PodDeleted(uid))
+            return
+        if self.known.get(uid) == pod.resource_version and pod.resource_version:
+            return
+        self.known[uid] = pod.resource_version
+        await self.bus.publish(PodUpserted(pod))
+
+    async def on_absent(self) -> None:
+        """Pods are always served; nothing to do."""
+
+    def _mine(self, pod: PodInfo) -> bool:
+        return not self.node_name or pod.node_name == self.node_name
+
+
+class NodeSource:
+    """This node's Node object (field selector `metadata.name`)."""
+
+    def __init__(self, bus: EventBus, node_name: str) -> None:
+        self.bus = bus
+        self.node_name = node_name
+        self.current: NodeInfo | None = None
+        self._synced = False
+
+    async def on_list(self, items: list[dict[str, Any]]) -> None:
+        """Publish the node if listed; a missing Node is logged and keeps the agent not ready."""
+        for raw in items:
+            if (raw.get("metadata") or {}).get("name") == self.node_name:
+                await self._apply(raw)
+                return
+        log.warning("Node object not found; waiting for it", node=self.node_name)
+
+    async def on_event(self, event: WatchEvent) -> None:
+        """ADDED/MODIFIED → NodeUpdated when it changed; DELETED is logged (the last view is kept)."""
+        if (event.object.get("metadata") or {}).get("name") != self.node_name:
+            return
+        if event.type == "DELETED":
+            log.warning("Node object deleted; keeping the last view", node=self.node_name)
+            return
+        await self._apply(event.object)
+
+    async def on_absent(self) -> None:
+        """Nodes are always served."""
+
+    async def _apply(self, raw: dict[str, Any]) -> None:
+        node = parse_node(raw)
+        if self.current is None or _node_key(node) != _node_key(self.current):
+            self.current = node
+            await self.bus.publish(NodeUpdated(node))
+        if not self._synced:
+            self._synced = True
+            await self.bus.publish(SourceSynced("node"))
+
+
+def _node_key(node: NodeInfo) -> tuple[Any, ...]:
+    return (dict(node.labels), dict(node.annotations), dict(node.capacity), dict(node.allocatable), node.uid)
+
+
+class NodeSLOSource:
+    """The NodeSLO named after the node, merged with defaults; invalid ones keep the last good."""
+
+    def __init__(
+        self, bus: EventBus, node_name: str, recorder: EventRecorder | None = None, source: str = "api"
+    ) -> None:
+        self.bus = bus
+        self.node_name = node_name
+        self.recorder = recorder
+        self.source = source
+        self.current: NodeSLO | None = None
+        self.last_error = ""
+        self.invalid_count = 0
+        self._synced = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def on_list(self, items: list[dict[str, Any]]) -> None:
+        """The object if listed, else the defaults."""
+        for raw in items:
+            if (raw.get("metadata") or {}).get("name") == self.node_name:
+                await self.apply(raw)
+                return
+        await self.apply_default("no NodeSLO object for this node")
+
+    async def on_event(self, event: WatchEvent) -> None:
+        """ADDED/MODIFIED → apply; DELETED → defaults."""
+        if (event.object.get("metadata") or {}).get("name") != self.node_name:
+            return
+        if event.type == "DELETED":
+            await self.apply_default("NodeSLO deleted")
+        else:
+            await self.apply(event.object)
+
+    async def on_absent(self) -> None:
+        """The NodeSLO CRD is not installed: defaults."""
+        await self.apply_default("NodeSLO resource type not served by the API server")
+
+    async def apply_default(self, why: str) -> None:
+        """Use koordlet's defaults."""
+        log.info("using default NodeSLO", node=self.node_name, reason=why)
+        await self._publish(default_nodeslo())
+
+    async def apply(self, raw: dict[str, Any]) -> None:
+        """Validate and merge `raw`; invalid → keep the last good (defaults if none yet)."""
+        try:
+            slo = parse_nodeslo(raw)
+        except ModelError as exc:
+            self.invalid_count += 1
+            self.last_error = str(exc)
+            NODESLO_INVALID.labels(self.source).inc()
+            obs.ERRORS.labels("nodeslo", "invalid").inc()
+            meta = raw.get("metadata") or {}
+            log.error(
+                "invalid NodeSLO; keeping the last good one",
+                node=self.node_name,
+                error=str(exc),
+                resource_version=meta.get("resourceVersion"),
+                have_last_good=self.current is not None,
+            )
+            if self.recorder is not None:
+                ref = nodeslo_reference(str(meta.get("name", self.node_name)), str(meta.get("uid", "")))
+                task = asyncio.get_running_loop().create_task(
+                    self.recorder.record(ref, "Warning", "InvalidNodeSLO", f"NodeSLO rejected: {exc}")
+                )
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            await self._publish(self.current or default_nodeslo())
+            return
+        self.last_error = ""
+        await self._publish(slo)
+
+    async def _publish(self, slo: NodeSLO) -> None:
+        if self.current is None or _spec_key(slo) != _spec_key(self.current):
+            self.current = slo
+            await self.bus.publish(NodeSLOUpdated(slo))
+        if not self._synced:
+            self._synced = True
+            await self.bus.publish(SourceSynced("nodeslo"))
+
+
+def _spec_key(slo: NodeSLO) -> dict[str, Any]:
+    return slo.model_dump(exclude={"resource_version", "generation", "name"})

@@ -1,0 +1,324 @@
+"""MetricsCollector: every collect interval, sample the node, each known pod and container, and the BE
+aggregate; store the samples and publish one MetricTick.
+
+Rates are counter deltas between rounds (qos-manager.md §6): the first round after start (or after a cgroup
+appears) has no delta and reports None for CPU usage and throttling. Missing /proc files (synthetic roots)
+and vanished cgroups are logged once, counted, and leave the corresponding values None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+import structlog
+from prometheus_client import Counter, Histogram
+
+from koordqos import observability as obs
+from koordqos.cgroups.layout import CgroupLayout
+from koordqos.cgroups.reader import CgroupReader
+from koordqos.errors import CgroupError
+from koordqos.events.bus import EventBus
+from koordqos.events.types import MetricTick
+from koordqos.metrics.procfs import USER_HZ, CpuTicks, parse_meminfo, parse_proc_stat, read_text
+from koordqos.metrics.store import MetricStore
+from koordqos.metrics.topology import CpuTopology
+from koordqos.metrics.types import BESample, ContainerSample, MetricSnapshot, NodeSample, PodSample
+from koordqos.model.pod import BATCH_CPU, KubeQoS, PodInfo, QoSClass
+
+log = structlog.get_logger("koordqos.metrics")
+
+MISSING = Counter(
+    "koordqos_metrics_missing_total",
+    "Samples not taken because a source file or cgroup was missing or malformed",
+    ["source"],
+    registry=obs.REGISTRY,
+)
+ROUND_SECONDS = Histogram(
+    "koordqos_metrics_round_seconds",
+    "CPU time of one metrics collection round",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1),
+    registry=obs.REGISTRY,
+)
+
+YIELD_EVERY = 50  # pods per synchronous slice, so one round never holds the loop for long
+
+
+@dataclass(frozen=True, slots=True)
+class _ContainerPlan:
+    id: str
+    name: str
+    dir: str
+    cpu_key: str
+    thr_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class _PodPlan:
+    pod: PodInfo
+    dir: str
+    cpu_key: str
+    containers: tuple[_ContainerPlan, ...]
+
+
+class MetricsCollector:
+    """The "metrics-collector" component (service "collector")."""
+
+    name = "metrics-collector"
+    essential = False
+
+    def __init__(
+        self,
+        bus: EventBus,
+        layout: CgroupLayout,
+        reader: CgroupReader,
+        store: MetricStore,
+        *,
+        proc_root: Path | str = "/proc",
+        topology: CpuTopology | None = None,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.bus = bus
+        self.layout = layout
+        self.reader = reader
+        self.store = store
+        self.proc_root = Path(proc_root)
+        self.topology = topology
+        self.interval = interval
+        self._clock = clock
+        self._prev: dict[str, tuple[int, float]] = {}  # counter key → (value, time)
+        self._prev_thr: dict[str, tuple[int, int]] = {}  # throttle key → (nr_periods, nr_throttled)
+        self._prev_node: tuple[CpuTicks, float] | None = None
+        self._warned: set[str] = set()
+        self._plans: dict[str, _PodPlan] = {}
+        self.rounds = 0
+        self.last: MetricSnapshot | None = None
+
+    # -- component -----------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Collect every `interval` seconds until cancelled; a failing round is logged and counted."""
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            try:
+                await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one bad round must not stop collection
+                obs.ERRORS.labels("metrics-collector", type(exc).__name__).inc()
+                error = f"{type(exc).__name__}: {exc}"
+                if "round:" + error not in self._warned:  # the same failure every second is logged once
+                    self._warned.add("round:" + error)
+                    log.error("metrics round failed", error=error, exc_info=exc)
+            next_at += self.interval
+            now = loop.time()
+            if next_at < now:  # fell behind: skip missed rounds instead of bursting
+                next_at = now + self.interval
+            await asyncio.sleep(next_at - now)
+
+    async def round(self) -> MetricSnapshot:
+        """One round: collect, store, drop deleted pods' series, publish a MetricTick."""
+        snap = await self.collect()
+        self.store.ingest(snap)
+        for uid in self.store.retain_pods(snap.pods.keys()):
+            self._forget_pod(uid)
+        self.last = snap
+        self.rounds += 1
+        await self.bus.publish(MetricTick(at=snap.at, sample=snap))
+        return snap
+
+    # -- collection ----------------------------------------------------------------------------------------
+
+    async def collect(self) -> MetricSnapshot:
+        """Sample everything once (yields to the loop between slices of pods)."""
+        cpu0 = time.process_time()
+        at = self._clock()
+        node = self._node(at)
+        state = self.bus.state
+        pods = [p for p in state.pods.values() if not p.terminated]
+        out: dict[str, PodSample] = {}
+        seen: set[str] = set()
+        spent = time.process_time() - cpu0
+        for i in range(0, len(pods), YIELD_EVERY):
+            if i:
+                await asyncio.sleep(0)
+            t0 = time.process_time()
+            for pod in pods[i : i + YIELD_EVERY]:
+                sample = self._pod(pod, seen)
+                if sample is not None:
+                    out[pod.uid] = sample
+            spent += time.process_time() - t0
+        t0 = time.process_time()
+        be = self._be(pods, seen, node)
+        for key in [k for k in self._prev if k not in seen]:
+            del self._prev[key]
+        for key in [k for k in self._prev_thr if k not in seen]:
+            del self._prev_thr[key]
+        spent += time.process_time() - t0
+        ROUND_SECONDS.observe(spent)
+        return MetricSnapshot(at=at, interval=self.interval, node=node, pods=MappingProxyType(out), be=be)
+
+    def _warn_once(self, key: str, msg: str, **kw: object) -> None:
+        if key in self._warned:
+            return
+        if len(self._warned) > 4096:
+            self._warned.clear()
+        self._warned.add(key)
+        log.warning(msg, **kw)
+
+    def _missing(self, source: str, key: str, msg: str, **kw: object) -> None:
+        MISSING.labels(source).inc()
+        self._warn_once(key, msg, **kw)
+
+    def _node(self, at: float) -> NodeSample:
+        cpu_cores: float | None = None
+        online = len(self.topology) if self.topology is not None else 0
+        text = read_text(self.proc_root / "stat")
+        ticks = parse_proc_stat(text) if text is not None else None
+        if ticks is None:
+            self._missing(
+                "proc_stat", "proc_stat", "cannot read node CPU ticks", path=str(self.proc_root / "stat")
+            )
+        else:
+            online = online or ticks.online_cpus
+            prev = self._prev_node
+            if prev is not None and at > prev[1] and ticks.busy >= prev[0].busy:
+                cpu_cores = (ticks.busy - prev[0].busy) / ((at - prev[1]) * USER_HZ)
+            self._prev_node = (ticks, at)
+        mem_text = read_text(self.proc_root / "meminfo")
+        mem = parse_meminfo(mem_text) if mem_text is not None else {}
+        total, avail, free = mem.get("MemTotal"), mem.get("MemAvailable"), mem.get("MemFree")
+        if total is None or avail is None:
+            self._missing(
+                "proc_meminfo",
+                "proc_meminfo",
+                "cannot read node memory",
+                path=str(self.proc_root / "meminfo"),
+            )
+        return NodeSample(
+            cpu_usage_cores=cpu_cores,
+            memory_total=total,
+            memory_available=avail,
+            memory_free=free,
+            memory_used=None if total is None or avail is None else max(0, total - avail),
+            memory_used_with_cache=None if total is None or free is None else max(0, total - free),
+            cpu_count=online,
+        )
+
+    def _rate(self, key: str, value: int | None, at: float, seen: set[str]) -> float | None:
+        """Δvalue / Δt for a cumulative counter; None on the first sample or a counter reset."""
+        if value is None:
+            return None
+        seen.add(key)
+        prev = self._prev.get(key)
+        self._prev[key] = (value, at)
+        if prev is None or at <= prev[1] or value < prev[0]:
+            return None
+        return (value - prev[0]) / (at - prev[1])
+
+    def _cpu_cores(self, rel: str, key: str, at: float, seen: set[str]) -> float | None:
+        rate = self._rate(key, self.reader.cpu_usage_ns(rel), at, seen)
+        return None if rate is None else rate / 1e9
+
+    def _throttled(self, rel: str, key: str, seen: set[str]) -> float | None:
+        stat = self.reader.cpu_stat(rel)
+        if stat is None:
+            return None
+        seen.add(key)
+        prev = self._prev_thr.get(key)
+        self._prev_thr[key] = (stat.nr_periods, stat.nr_throttled)
+        if prev is None or stat.nr_periods < prev[0] or stat.nr_throttled < prev[1]:
+            return None
+        periods = stat.nr_periods - prev[0]
+        return 0.0 if periods == 0 else (stat.nr_throttled - prev[1]) / periods
+
+    def _plan(self, pod: PodInfo) -> _PodPlan | None:
+        """The pod's cgroup dirs and counter keys, built once per PodInfo (path building is not free)."""
+        plan = self._plans.get(pod.uid)
+        if plan is not None and plan.pod is pod:
+            return plan
+        try:
+            pod_dir = self.layout.pod_dir(pod)
+        except CgroupError as exc:
+            self._missing(
+                "bad_pod", "uid:" + pod.uid, "pod not measured", pod=pod.key, uid=pod.uid, error=str(exc)
+            )
+            return None
+        containers: list[_ContainerPlan] = []
+        for c in (*pod.containers, *(i for i in pod.init_containers if i.sidecar)):
+            if not c.container_id:
+                continue
+            try:
+                cdir = self.layout.container_dir_in(pod_dir, c.container_id)
+            except CgroupError as exc:
+                self._missing(
+                    "bad_container_id",
+                    "cid:" + c.container_id,
+                    "container not measured",
+                    pod=pod.key,
+                    container=c.name,
+                    error=str(exc),
+                )
+                continue
+            containers.append(_ContainerPlan(c.container_id, c.name, cdir, "cpu:" + cdir, "thr:" + cdir))
+        plan = _PodPlan(pod, pod_dir, "cpu:" + pod_dir, tuple(containers))
+        self._plans[pod.uid] = plan
+        return plan
+
+    def _pod(self, pod: PodInfo, seen: set[str]) -> PodSample | None:
+        plan = self._plan(pod)
+        if plan is None:
+            return None
+        at = self._clock()
+        cpu = self._cpu_cores(plan.dir, plan.cpu_key, at, seen)
+        mem = self.reader.memory_working_set(plan.dir)
+        if mem is None and cpu is None and plan.cpu_key not in seen:
+            self._missing(
+                "cgroup_vanished", "pod:" + pod.uid, "pod cgroup missing", pod=pod.key, dir=plan.dir
+            )
+            return None
+        reader = self.reader
+        containers = tuple(
+            ContainerSample(
+                c.id,
+                c.name,
+                self._cpu_cores(c.dir, c.cpu_key, at, seen),
+                reader.memory_working_set(c.dir),
+                self._throttled(c.dir, c.thr_key, seen),
+            )
+            for c in plan.containers
+        )
+        return PodSample(pod.uid, cpu, mem, containers)
+
+    def _be(self, pods: list[PodInfo], seen: set[str], node: NodeSample) -> BESample:
+        be_dir = self.layout.qos_dir(KubeQoS.BESTEFFORT)
+        at = self._clock()
+        rate = self._rate("cpu:" + be_dir, self.reader.cpu_usage_ns(be_dir), at, seen)
+        usage = None if rate is None else int(rate / 1e6)  # ns/s → milli-cores
+        request = 0
+        for pod in pods:
+            if pod.qos is QoSClass.BE:
+                request += pod.request(BATCH_CPU)  # containers + native sidecars, negatives as 0
+        cpuset = self.reader.cpuset(be_dir) or frozenset()
+        qp = self.reader.cpu_quota_period(be_dir)
+        cpus = len(cpuset) if cpuset else node.cpu_count
+        real: int | None = cpus * 1000 if cpus else None
+        quota = period = None
+        if qp is not None:
+            quota, period = qp
+            if quota > 0 and period > 0:
+                by_quota = quota * 1000 // period
+                real = by_quota if real is None else min(real, by_quota)
+        return BESample(usage, request, real, cpuset, quota, period)
+
+    def _forget_pod(self, uid: str) -> None:
+        self._warned.discard("pod:" + uid)
+        plan = self._plans.pop(uid, None)
+        if plan is not None:
+            self.reader.forget(plan.dir)

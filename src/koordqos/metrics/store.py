@@ -1,0 +1,170 @@
+"""MetricStore: per-series ring buffers with time retention, and window queries ending now.
+
+A series is (kind, key): key "" for node and BE series, the pod uid for pod series, the container id for
+container series. Queries look at samples with `now − window <= t <= now`; `last` defaults to the spec's
+window of 2 × collect interval (qos-manager.md §1.8). Percentiles use the nearest-rank method.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from koordqos.metrics.types import MetricKind, MetricSnapshot
+
+Series = deque[tuple[float, float]]
+_POD_KINDS = frozenset({MetricKind.POD_CPU_USAGE, MetricKind.POD_MEMORY_USAGE})
+
+
+class MetricStore:
+    """In-memory time series of the agent's metrics (service "metric_store")."""
+
+    def __init__(
+        self,
+        retention_seconds: float = 600.0,
+        collect_interval: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.retention = retention_seconds
+        self.collect_interval = collect_interval
+        self._clock = clock
+        # the bound guards against a fast caller; the time retention is what normally trims
+        self._maxlen = math.ceil(retention_seconds / max(collect_interval, 0.001)) * 2 + 16
+        self._series: dict[tuple[str, str], Series] = {}
+        self._pod_of: dict[str, str] = {}  # container id → pod uid
+        self._pods: set[str] = set()  # uids with pod or container series
+
+    def __len__(self) -> int:
+        return len(self._series)
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def add(self, kind: MetricKind | str, key: str, value: float, at: float | None = None) -> None:
+        """Append one sample (time `at`, default now) and trim samples older than the retention."""
+        t = self._clock() if at is None else at
+        s = self._series.get((kind, key))
+        if s is None:
+            s = self._series[(kind, key)] = deque(maxlen=self._maxlen)
+        s.append((t, float(value)))
+        if kind in _POD_KINDS:
+            self._pods.add(key)
+        horizon = t - self.retention
+        while s and s[0][0] < horizon:
+            s.popleft()
+
+    def ingest(self, snap: MetricSnapshot) -> None:
+        """Store every measured value of a collection round (None values are skipped)."""
+        at = snap.at
+        horizon = at - self.retention
+        series = self._series
+        maxlen = self._maxlen
+        pod_of = self._pod_of
+        pods = self._pods
+        # one tight loop over (kind, key, value): ~1500 samples per 200-pod round
+        samples: list[tuple[str, str, float | None]] = [
+            (MetricKind.NODE_CPU_USAGE, "", snap.node.cpu_usage_cores),
+            (MetricKind.NODE_MEMORY_USAGE, "", snap.node.memory_used),
+            (MetricKind.NODE_MEMORY_USAGE_WITH_CACHE, "", snap.node.memory_used_with_cache),
+            (MetricKind.BE_CPU_USAGE, "", snap.be.usage_milli),
+            (MetricKind.BE_CPU_REQUEST, "", snap.be.request_milli),
+            (MetricKind.BE_CPU_REAL_LIMIT, "", snap.be.real_limit_milli),
+        ]
+        append = samples.append
+        for uid, pod in snap.pods.items():
+            pods.add(uid)
+            append((MetricKind.POD_CPU_USAGE, uid, pod.cpu_usage_cores))
+            append((MetricKind.POD_MEMORY_USAGE, uid, pod.memory_working_set))
+            for c in pod.containers:
+                pod_of[c.id] = uid
+                append((MetricKind.CONTAINER_CPU_USAGE, c.id, c.cpu_usage_cores))
+                append((MetricKind.CONTAINER_MEMORY_USAGE, c.id, c.memory_working_set))
+                append((MetricKind.CONTAINER_CPU_THROTTLED, c.id, c.throttled_ratio))
+        for kind, key, value in samples:
+            if value is None:
+                continue
+            s = series.get((kind, key))
+            if s is None:
+                s = series[(kind, key)] = deque(maxlen=maxlen)
+            s.append((at, float(value)))
+            while s[0][0] < horizon:
+                s.popleft()
+
+    def drop_pod(self, uid: str) -> None:
+        """Forget a deleted pod's series and its containers'."""
+        self._pods.discard(uid)
+        for kind in (MetricKind.POD_CPU_USAGE, MetricKind.POD_MEMORY_USAGE):
+            self._series.pop((kind, uid), None)
+        for cid in [c for c, u in self._pod_of.items() if u == uid]:
+            del self._pod_of[cid]
+            for kind in (
+                MetricKind.CONTAINER_CPU_USAGE,
+                MetricKind.CONTAINER_MEMORY_USAGE,
+                MetricKind.CONTAINER_CPU_THROTTLED,
+            ):
+                self._series.pop((kind, cid), None)
+
+    def retain_pods(self, uids: Iterable[str]) -> list[str]:
+        """Drop the series of every pod not in `uids`; returns the dropped uids."""
+        gone = sorted(self._pods.difference(uids))
+        for uid in gone:
+            self.drop_pod(uid)
+        return gone
+
+    # -- queries -------------------------------------------------------------------------------------------
+
+    def keys(self, kind: MetricKind | str) -> list[str]:
+        """Keys (pod uids, container ids, "") that have a series of `kind`."""
+        return [k for (kd, k) in self._series if kd == kind]
+
+    def values(self, kind: MetricKind | str, key: str = "", window: float | None = None) -> list[float]:
+        """Sample values in `[now − window, now]`, oldest first (window default: 2 × collect interval)."""
+        s = self._series.get((kind, key))
+        if not s:
+            return []
+        now = self._clock()
+        start = now - (2 * self.collect_interval if window is None else window)
+        out: list[float] = []
+        for t, v in reversed(s):
+            if t < start:
+                break
+            if t <= now:
+                out.append(v)
+        out.reverse()
+        return out
+
+    def last(self, kind: MetricKind | str, key: str = "", window: float | None = None) -> float | None:
+        """The newest sample in the window (default 2 × collect interval), None if there is none."""
+        s = self._series.get((kind, key))
+        if not s:
+            return None
+        now = self._clock()
+        start = now - (2 * self.collect_interval if window is None else window)
+        for t, v in reversed(s):
+            if t < start:
+                return None
+            if t <= now:
+                return v
+        return None
+
+    def avg(self, kind: MetricKind | str, key: str = "", window: float | None = None) -> float | None:
+        """Mean over the window, None when it holds no sample."""
+        vals = self.values(kind, key, window)
+        return sum(vals) / len(vals) if vals else None
+
+    def percentile(
+        self, kind: MetricKind | str, key: str = "", p: float = 95.0, window: float | None = None
+    ) -> float | None:
+        """Nearest-rank p-th percentile (0 < p <= 100) over the window, None when empty."""
+        if not 0 < p <= 100:
+            raise ValueError(f"percentile {p} not in (0, 100]")
+        vals = sorted(self.values(kind, key, window))
+        if not vals:
+            return None
+        rank = max(1, math.ceil(p / 100 * len(vals)))
+        return vals[rank - 1]
+
+    def count(self, kind: MetricKind | str, key: str = "", window: float | None = None) -> int:
+        """How many samples the window holds."""
+        return len(self.values(kind, key, window))

@@ -1,0 +1,97 @@
+"""Sample types of one metrics round, and the metric kinds kept in the store (qos-manager.md §1.8, §6)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+class MetricKind(enum.StrEnum):
+    """Series kinds in the MetricStore; the series key is "" (node/BE) or a pod uid / container id."""
+
+    NODE_CPU_USAGE = "node_cpu_usage"  # cores
+    NODE_MEMORY_USAGE = "node_memory_usage"  # bytes, MemTotal − MemAvailable
+    NODE_MEMORY_USAGE_WITH_CACHE = "node_memory_usage_with_cache"  # bytes, MemTotal − MemFree
+    POD_CPU_USAGE = "pod_cpu_usage"  # cores
+    POD_MEMORY_USAGE = "pod_memory_usage"  # bytes (working set)
+    CONTAINER_CPU_USAGE = "container_cpu_usage"  # cores
+    CONTAINER_MEMORY_USAGE = "container_memory_usage"  # bytes (working set)
+    CONTAINER_CPU_THROTTLED = "container_cpu_throttled"  # ratio 0..1
+    BE_CPU_USAGE = "be_cpu_usage"  # milli-cores
+    BE_CPU_REQUEST = "be_cpu_request"  # milli-cores
+    BE_CPU_REAL_LIMIT = "be_cpu_real_limit"  # milli-cores
+
+
+def _empty() -> Mapping[str, PodSample]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSample:
+    """Node-wide usage; None where the source file was missing or the first round has no delta yet."""
+
+    cpu_usage_cores: float | None = None
+    memory_total: int | None = None  # bytes
+    memory_available: int | None = None
+    memory_free: int | None = None
+    memory_used: int | None = None  # total − available
+    memory_used_with_cache: int | None = None  # total − free
+    cpu_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSample:
+    """One container's usage (id as in the pod status, `<runtime>://<id>`)."""
+
+    id: str
+    name: str
+    cpu_usage_cores: float | None = None
+    memory_working_set: int | None = None
+    throttled_ratio: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodSample:
+    """One pod's usage and its containers'."""
+
+    uid: str
+    cpu_usage_cores: float | None = None
+    memory_working_set: int | None = None
+    containers: tuple[ContainerSample, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BESample:
+    """The best-effort aggregate in milli-cores.
+
+    usage of the besteffort dir, Σ batch-cpu requests of BE pods, and the real limit
+    min(len(cpuset)×1000, quota×1000/period) (quota −1 → cpuset only).
+    """
+
+    usage_milli: int | None = None
+    request_milli: int = 0
+    real_limit_milli: int | None = None
+    cpuset: frozenset[int] = frozenset()
+    quota: int | None = None
+    period: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSnapshot:
+    """Everything one collection round measured (the `sample` of a MetricTick)."""
+
+    at: float
+    interval: float
+    node: NodeSample = field(default_factory=NodeSample)
+    pods: Mapping[str, PodSample] = field(default_factory=_empty)  # by uid
+    be: BESample = field(default_factory=BESample)
+
+    def container(self, container_id: str) -> ContainerSample | None:
+        """Find a container sample by id."""
+        for pod in self.pods.values():
+            for c in pod.containers:
+                if c.id == container_id:
+                    return c
+        return None

@@ -1,0 +1,249 @@
+"""SyntheticNode: a fake node directory (cgroup tree, /proc, /sys) for tests, benchmarks and demos.
+
+It lays out what the kernel would show under `--cgroup-root`, `--proc-root` and `--sys-root`: cgroup v1
+(per-subsystem dirs) or v2 (unified), with systemd or cgroupfs naming, pod and container dirs with the
+files the agent reads and writes, and counters a test can advance (`add_cpu_usage`, `advance_node_cpu`,
+`add_throttling`, `set_memory`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
+from koordqos.cgroups.resources import CgroupVersion, format_cpuset
+from koordqos.model.pod import KubeQoS, PodInfo
+
+GiB = 1 << 30
+V1_SUBSYSTEMS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
+# kernel-specific files, created only when asked for via `extensions`
+EXTENSION_FILES = {
+    "cpu.cfs_burst_us": ("cpu", "0"),
+    "cpu.idle": ("cpu", "0"),
+    "cpu.bvt_warp_ns": ("cpu", "0"),
+    "memory.min": ("memory", "0"),
+    "memory.low": ("memory", "0"),
+    "memory.high": ("memory", "max"),
+    "memory.wmark_ratio": ("memory", "0"),
+    "memory.wmark_scale_factor": ("memory", "50"),
+    "memory.wmark_min_adj": ("memory", "0"),
+    "memory.priority": ("memory", "0"),
+    "memory.use_priority_oom": ("memory", "0"),
+    "memory.oom.group": ("memory", "0"),
+}
+
+
+class SyntheticNode:
+    """A synthetic node rooted at `base` (subdirs `cgroup`, `proc`, `sys`)."""
+
+    def __init__(
+        self,
+        base: Path,
+        version: CgroupVersion = CgroupVersion.V1,
+        driver: CgroupDriver = CgroupDriver.CGROUPFS,
+        *,
+        cpus: int = 4,
+        memory_total: int = 16 * GiB,
+        extensions: Iterable[str] = (),
+    ) -> None:
+        self.base = Path(base)
+        self.version = version
+        self.driver = driver
+        self.cpus = cpus
+        self.extensions = frozenset(extensions)
+        self.cgroup_root = self.base / "cgroup"
+        self.proc_root = self.base / "proc"
+        self.sys_root = self.base / "sys"
+        self._busy = 0
+        self._idle = 0
+        self.layout = CgroupLayout(
+            self.cgroup_root, version, driver, proc_root=self.proc_root, sys_root=self.sys_root
+        )
+        self._build(memory_total)
+
+    # -- construction --------------------------------------------------------------------------------------
+
+    def _build(self, memory_total: int) -> None:
+        self.cgroup_root.mkdir(parents=True, exist_ok=True)
+        if self.version is CgroupVersion.V2:
+            (self.cgroup_root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+            (self.cgroup_root / "cpu.stat").write_text("usage_usec 0\nuser_usec 0\nsystem_usec 0\n")
+        else:
+            for sub in V1_SUBSYSTEMS:
+                (self.cgroup_root / sub).mkdir(exist_ok=True)
+            self._files("", root=True)
+        for rel in self.layout.qos_dirs():
+            self.make_cgroup(rel)
+        self.set_meminfo(memory_total, memory_total // 2, memory_total // 4)
+        self.advance_node_cpu(0, 0)
+        cpu_dir = self.sys_root / "devices/system/cpu"
+        cpu_dir.mkdir(parents=True, exist_ok=True)
+        (cpu_dir / "online").write_text(f"0-{self.cpus - 1}\n")
+        for i in range(self.cpus):
+            topo = cpu_dir / f"cpu{i}" / "topology"
+            topo.mkdir(parents=True, exist_ok=True)
+            (topo / "core_id").write_text(f"{i // 2}\n")  # two hyperthreads per core
+            (topo / "physical_package_id").write_text("0\n")
+            (cpu_dir / f"cpu{i}" / "node0").mkdir(exist_ok=True)
+
+    def _dir(self, rel: str, subsystem: str) -> Path:
+        base = self.cgroup_root / subsystem if self.version is CgroupVersion.V1 else self.cgroup_root
+        return base / rel if rel else base
+
+    def _files(self, rel: str, root: bool = False) -> None:
+        all_cpus = format_cpuset(range(self.cpus))
+        if self.version is CgroupVersion.V1:
+            files: dict[tuple[str, str], str] = {
+                ("cpu", "cpu.shares"): "1024",
+                ("cpu", "cpu.cfs_quota_us"): "-1",
+                ("cpu", "cpu.cfs_period_us"): "100000",
+                ("cpu", "cpu.stat"): "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n",
+                ("cpuacct", "cpuacct.usage"): "0",
+                ("cpuset", "cpuset.cpus"): all_cpus,
+                ("cpuset", "cpuset.mems"): "0",
+                ("memory", "memory.limit_in_bytes"): "9223372036854771712",
+                ("memory", "memory.usage_in_bytes"): "0",
+                ("memory", "memory.stat"): "cache 0\nrss 0\ntotal_inactive_file 0\ntotal_active_file 0\n",
+                ("blkio", "blkio.throttle.read_bps_device"): "",
+            }
+        else:
+            files = {
+                ("cpu", "cpu.weight"): "100",
+                ("cpu", "cpu.max"): "max 100000",
+                ("cpu", "cpu.max.burst"): "0",
+                ("cpu", "cpu.stat"): (
+                    "usage_usec 0\nuser_usec 0\nsystem_usec 0\n"
+                    "nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n"
+                ),
+                ("cpuset", "cpuset.cpus"): "",
+                ("cpuset", "cpuset.cpus.effective"): all_cpus,
+                ("cpuset", "cpuset.mems"): "",
+                ("memory", "memory.max"): "max",
+                ("memory", "memory.current"): "0",
+                ("memory", "memory.stat"): "anon 0\nfile 0\nactive_file 0\ninactive_file 0\n",
+                ("memory", "memory.min"): "0",
+                ("memory", "memory.low"): "0",
+                ("memory", "memory.high"): "max",
+            }
+        for name in self.extensions:
+            sub, default = EXTENSION_FILES[name]
+            files.setdefault((sub, name), default)
+        for (sub, name), value in files.items():
+            path = self._dir(rel, sub) / name
+            if not path.exists():
+                path.write_text(value + ("\n" if value and not value.endswith("\n") else ""))
+
+    def make_cgroup(self, rel: str) -> None:
+        """Create a cgroup dir (in every subsystem on v1) with default files."""
+        if self.version is CgroupVersion.V1:
+            for sub in V1_SUBSYSTEMS:
+                self._dir(rel, sub).mkdir(parents=True, exist_ok=True)
+        else:
+            self._dir(rel, "").mkdir(parents=True, exist_ok=True)
+        self._files(rel)
+
+    def add_pod(self, pod: PodInfo) -> str:
+        """Create the pod's dir and its started containers' dirs; returns the pod dir."""
+        pod_dir = self.layout.pod_dir(pod)
+        self.make_cgroup(pod_dir)
+        for c in (*pod.containers, *pod.init_containers):
+            if c.container_id:
+                self.make_cgroup(self.layout.container_dir_in(pod_dir, c.container_id))
+        return pod_dir
+
+    def remove_cgroup(self, rel: str) -> None:
+        """Remove a cgroup dir (and what is under it) in every subsystem."""
+        import shutil
+
+        subs = V1_SUBSYSTEMS if self.version is CgroupVersion.V1 else ("",)
+        for sub in subs:
+            shutil.rmtree(self._dir(rel, sub), ignore_errors=True)
+
+    def pod_dir(self, uid: str, kube_qos: KubeQoS) -> str:
+        """Relative dir of a pod."""
+        return self.layout.pod_dir_for(uid, kube_qos)
+
+    # -- files ---------------------------------------------------------------------------------------------
+
+    def path(self, rel: str, subsystem: str, name: str) -> Path:
+        """Absolute path of a file in a cgroup dir."""
+        return self._dir(rel, subsystem) / name
+
+    def read(self, rel: str, subsystem: str, name: str) -> str:
+        """A cgroup file's content, stripped."""
+        return self.path(rel, subsystem, name).read_text().strip()
+
+    def write(self, rel: str, subsystem: str, name: str, value: str | int) -> None:
+        """Overwrite a cgroup file."""
+        self.path(rel, subsystem, name).write_text(f"{value}\n")
+
+    def _kv(self, path: Path) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for line in path.read_text().splitlines():
+            k, _, v = line.partition(" ")
+            out[k] = int(v)
+        return out
+
+    def _write_kv(self, path: Path, kv: dict[str, int]) -> None:
+        path.write_text("".join(f"{k} {v}\n" for k, v in kv.items()))
+
+    # -- counters ------------------------------------------------------------------------------------------
+
+    def cpu_usage_ns(self, rel: str) -> int:
+        """The cgroup's cumulative CPU time in ns."""
+        if self.version is CgroupVersion.V1:
+            return int(self.read(rel, "cpuacct", "cpuacct.usage"))
+        return self._kv(self.path(rel, "cpu", "cpu.stat"))["usage_usec"] * 1000
+
+    def add_cpu_usage(self, rel: str, ns: int) -> None:
+        """Advance the cgroup's cumulative CPU time by `ns` nanoseconds (µs granularity on v2)."""
+        if self.version is CgroupVersion.V1:
+            self.write(rel, "cpuacct", "cpuacct.usage", self.cpu_usage_ns(rel) + ns)
+            return
+        path = self.path(rel, "cpu", "cpu.stat")
+        kv = self._kv(path)
+        kv["usage_usec"] += ns // 1000
+        self._write_kv(path, kv)
+
+    def add_throttling(self, rel: str, periods: int, throttled: int) -> None:
+        """Advance cpu.stat nr_periods / nr_throttled."""
+        path = self.path(rel, "cpu", "cpu.stat")
+        kv = self._kv(path)
+        kv["nr_periods"] += periods
+        kv["nr_throttled"] += throttled
+        self._write_kv(path, kv)
+
+    def set_memory(self, rel: str, usage: int, inactive_file: int = 0) -> None:
+        """Set the cgroup's memory usage and inactive file pages."""
+        if self.version is CgroupVersion.V1:
+            self.write(rel, "memory", "memory.usage_in_bytes", usage)
+            stat = self.path(rel, "memory", "memory.stat")
+            kv = self._kv(stat)
+            kv["total_inactive_file"] = inactive_file
+        else:
+            self.write(rel, "memory", "memory.current", usage)
+            stat = self.path(rel, "memory", "memory.stat")
+            kv = self._kv(stat)
+            kv["inactive_file"] = inactive_file
+        self._write_kv(stat, kv)
+
+    def advance_node_cpu(self, busy_ticks: int, idle_ticks: int) -> None:
+        """Advance /proc/stat: `busy_ticks` spread over user/system, `idle_ticks` to idle (USER_HZ ticks)."""
+        self._busy += busy_ticks
+        self._idle += idle_ticks
+        user = self._busy // 2
+        system = self._busy - user
+        lines = [f"cpu  {user} 0 {system} {self._idle} 0 0 0 0 0 0"]
+        lines += [f"cpu{i} 0 0 0 0 0 0 0 0 0 0" for i in range(self.cpus)]
+        lines += ["intr 0", "ctxt 0", "btime 0", "processes 1", "procs_running 1", "procs_blocked 0"]
+        self.proc_root.mkdir(parents=True, exist_ok=True)
+        (self.proc_root / "stat").write_text("\n".join(lines) + "\n")
+
+    def set_meminfo(self, total: int, available: int, free: int) -> None:
+        """Write /proc/meminfo (values in bytes, stored in kB like the kernel)."""
+        self.proc_root.mkdir(parents=True, exist_ok=True)
+        (self.proc_root / "meminfo").write_text(
+            f"MemTotal:       {total // 1024} kB\nMemFree:        {free // 1024} kB\n"
+            f"MemAvailable:   {available // 1024} kB\nBuffers:        0 kB\nCached:         0 kB\n"
+        )

@@ -1,0 +1,1 @@
+"""CPU burst strategy tests (qos-manager.md §2.4)."""

@@ -1,0 +1,177 @@
+"""Evictor: Eviction API + UID precondition, Events, evicted-UID cache, PDB 429, 404, dry-run, rate limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from koordqos import observability as obs
+from koordqos.decisions import DecisionLog
+from koordqos.kube import KubeConnection
+from koordqos.kube.events import EventRecorder
+from koordqos.kube.evictor import EvictedCache, Evictor, TokenBucket
+from koordqos.model.pod import PodInfo, parse_pod
+from koordqos.testing.fake_apiserver import FakeAPIServer, make_pod
+
+from .conftest import NODE
+
+REASON = "evicted"
+MESSAGE = "trigger by koordlet feature BEMemoryEvict, kill pod: p1"
+
+
+def seeded_pod(fake: FakeAPIServer, name: str = "p1") -> PodInfo:
+    return parse_pod(fake.upsert("pods", make_pod(name, NODE, qos="BE")))
+
+
+def api_evictor(fake: FakeAPIServer, conn: KubeConnection, decisions: DecisionLog, **kw: object) -> Evictor:
+    return Evictor(decisions, conn.get, EventRecorder(conn.get, NODE), qps=1000, **kw)  # type: ignore[arg-type]
+
+
+async def test_eviction_success_sends_uid_precondition_event_and_caches(
+    fake: FakeAPIServer, conn: KubeConnection
+) -> None:
+    decisions = DecisionLog()
+    ev = api_evictor(fake, conn, decisions)
+    pod = seeded_pod(fake)
+    before = obs.REGISTRY.get_sample_value(
+        "koordqos_pod_evictions_total", {"reason": REASON, "result": "success"}
+    )
+    assert await ev.evict(pod, REASON, MESSAGE, "MemoryEvict") is True
+    assert len(fake.evictions) == 1
+    call = fake.evictions[0]
+    assert call["body"]["apiVersion"] == "policy/v1"
+    assert call["body"]["kind"] == "Eviction"
+    assert call["uid"] == pod.uid
+    assert fake.get("pods", "p1") is None
+    assert [e["reason"] for e in fake.events] == ["evictPodSuccess"]
+    event = fake.events[0]
+    assert event["message"] == f"evict Pod:default/p1, reason: {REASON}, message: {MESSAGE}"
+    assert event["type"] == "Warning"
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "default",
+        "name": "p1",
+        "uid": pod.uid,
+    }
+    assert ev.is_evicted(pod)
+    after = obs.REGISTRY.get_sample_value(
+        "koordqos_pod_evictions_total", {"reason": REASON, "result": "success"}
+    )
+    assert after == (before or 0) + 1
+    assert [d.action for d in decisions.recent()] == ["evict"]
+
+
+async def test_same_pod_is_never_evicted_twice(fake: FakeAPIServer, conn: KubeConnection) -> None:
+    ev = api_evictor(fake, conn, DecisionLog())
+    pod = seeded_pod(fake)
+    assert await ev.evict(pod, REASON, MESSAGE, "MemoryEvict")
+    fake.upsert("pods", make_pod("p1", NODE, uid=pod.uid))  # still terminating: visible again
+    for _ in range(3):
+        assert await ev.evict(pod, REASON, MESSAGE, "MemoryEvict") is True
+    assert len(fake.evictions) == 1
+    assert len(fake.events) == 1
+
+
+async def test_pdb_429_is_a_failure_and_is_retried_later(fake: FakeAPIServer, conn: KubeConnection) -> None:
+    decisions = DecisionLog()
+    ev = api_evictor(fake, conn, decisions)
+    pod = seeded_pod(fake)
+    fake.block_eviction("default", "p1")
+    assert await ev.evict(pod, REASON, MESSAGE, "CPUEvict") is False
+    assert not ev.is_evicted(pod)
+    assert fake.get("pods", "p1") is not None
+    assert fake.events[-1]["reason"] == "evictPodFail"
+    assert fake.events[-1]["message"].startswith(
+        f"evict Pod:default/p1, reason: {REASON}, message: {MESSAGE}, error "
+    )
+    assert "disruption budget" in fake.events[-1]["message"]
+    assert decisions.recent()[-1].action == "evict-failed"
+    # the next round tries again (nothing cached), and succeeds once the budget allows it
+    assert await ev.evict(pod, REASON, MESSAGE, "CPUEvict") is False
+    fake.block_eviction("default", "p1", blocked=False)
+    assert await ev.evict(pod, REASON, MESSAGE, "CPUEvict") is True
+    assert [e["status"] for e in fake.evictions] == [429, 429, 201]
+
+
+async def test_missing_pod_404_fails_with_an_event(fake: FakeAPIServer, conn: KubeConnection) -> None:
+    ev = api_evictor(fake, conn, DecisionLog())
+    pod = PodInfo(uid="gone-uid", namespace="default", name="gone")
+    assert await ev.evict(pod, REASON, MESSAGE, "CPUEvict") is False
+    assert fake.evictions[-1]["status"] == 404
+    assert fake.events[-1]["reason"] == "evictPodFail"
+    assert "pod not found" in fake.events[-1]["message"]
+    assert not ev.is_evicted(pod)
+
+
+async def test_uid_precondition_protects_a_recreated_pod(fake: FakeAPIServer, conn: KubeConnection) -> None:
+    ev = api_evictor(fake, conn, DecisionLog())
+    old = seeded_pod(fake)
+    fake.delete("pods", "p1")
+    fake.upsert("pods", make_pod("p1", NODE, uid="new-uid"))  # same name, different pod
+    assert await ev.evict(old, REASON, MESSAGE, "CPUEvict") is False
+    assert fake.evictions[-1]["status"] == 409
+    assert fake.get("pods", "p1") is not None
+
+
+async def test_api_unreachable_is_a_failure_not_an_exception(
+    fake: FakeAPIServer, conn: KubeConnection
+) -> None:
+    ev = api_evictor(fake, conn, DecisionLog())
+    pod = seeded_pod(fake)
+    await conn.get()
+    await fake.stop()
+    assert await ev.evict(pod, REASON, MESSAGE, "CPUEvict") is False
+    assert not ev.is_evicted(pod)
+
+
+async def test_dry_run_records_and_calls_nothing(fake: FakeAPIServer, conn: KubeConnection) -> None:
+    decisions = DecisionLog(dry_run=True)
+    ev = api_evictor(fake, conn, decisions, dry_run=True)
+    pod = seeded_pod(fake)
+    assert await ev.evict(pod, REASON, MESSAGE, "MemoryEvict") is True
+    assert fake.evictions == []
+    assert fake.events == []
+    assert fake.get("pods", "p1") is not None
+    (d,) = decisions.recent()
+    assert (d.strategy, d.target, d.action, d.dry_run) == ("MemoryEvict", "default/p1", "evict", True)
+    assert await ev.evict(pod, REASON, MESSAGE, "MemoryEvict") is True
+    assert len(decisions) == 1  # cached like a real eviction
+
+
+async def test_local_mode_evictions_are_decisions_only() -> None:
+    decisions = DecisionLog()
+    ev = Evictor(decisions, None, None, qps=5)
+    pod = PodInfo(uid="u", namespace="ns", name="p")
+    assert await ev.evict(pod, REASON, MESSAGE, "CPUEvict") is True
+    (d,) = decisions.recent()
+    assert d.action == "evict"
+    assert d.dry_run is True
+    assert "local mode" in d.reason
+
+
+def test_evicted_cache_expires_after_the_ttl() -> None:
+    now = [1000.0]
+    cache = EvictedCache(ttl=120, clock=lambda: now[0])
+    cache.add("a")
+    now[0] += 119
+    assert "a" in cache
+    now[0] += 2
+    assert "a" not in cache
+    assert len(cache) == 0
+
+
+async def test_rate_limit_waits_for_tokens() -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    async def fake_sleep(delay: float) -> None:
+        slept.append(delay)
+        now[0] += delay
+
+    bucket = TokenBucket(qps=2, burst=2, clock=lambda: now[0], sleep=fake_sleep)
+    for _ in range(2):
+        await bucket.acquire()
+    assert slept == []
+    await bucket.acquire()
+    await bucket.acquire()
+    assert slept == [pytest.approx(0.5), pytest.approx(0.5)]
