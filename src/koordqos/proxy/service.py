@@ -1,0 +1,233 @@
+"""RuntimeHookService (runtime.v1alpha1) for koord-runtime-proxy, served with grpclib.
+
+Every call (runtime-hooks.md §5): decode → hook context (`FromProxy`) → one bus request (`ProxyPodHook` /
+`ProxyContainerHook`, run by `ProxyHooks` with the same runner as NRI) within the caller's deadline →
+the request-prefilled response with the hooks' values merged (`ProxyDone`). Outcomes:
+
+* bytes that are not the request message, or a request the hooks cannot safely use: INVALID_ARGUMENT
+  (logged once, counted); the server keeps serving;
+* a hook error or an overrun under the Fail policy: UNKNOWN with the error (a Go handler returning a plain
+  error), and nothing was written (project decision §8.8); under Ignore the response is returned;
+* a bug of ours: UNKNOWN under Fail, the unchanged (pre-filled) response under Ignore.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import structlog
+from google.protobuf.message import DecodeError
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from koordqos.errors import HookError, TimeoutException
+from koordqos.events.bus import EventBus
+from koordqos.hooks.context import ContainerContext, PodContext, Stage
+from koordqos.hooks.framework import FailurePolicy
+from koordqos.nri.plugin import hook_deadline
+from koordqos.proxy import metrics as m
+from koordqos.proxy.api import runtime_api_pb2 as rpb
+from koordqos.proxy.api.runtime_api_grpc import RuntimeHookServiceBase
+from koordqos.proxy.convert import ProxyConverter, ProxyRequestError, container_response, pod_response
+from koordqos.proxy.events import ProxyContainerHook, ProxyPodHook
+
+if TYPE_CHECKING:
+    from grpclib.server import Stream
+
+log = structlog.get_logger("koordqos.proxy")
+
+DEFAULT_REQUEST_TIMEOUT = 2.0  # seconds, when the caller sends no grpc-timeout
+
+# RPC → stage (runtime-hooks.md §5); the registration file lists only stages that have an RPC
+POD_RPCS: dict[str, Stage] = {
+    "PreRunPodSandboxHook": Stage.PRE_RUN_POD_SANDBOX,
+    "PostStopPodSandboxHook": Stage.POST_STOP_POD_SANDBOX,
+}
+CONTAINER_RPCS: dict[str, Stage] = {
+    "PreCreateContainerHook": Stage.PRE_CREATE_CONTAINER,
+    "PreStartContainerHook": Stage.PRE_START_CONTAINER,
+    "PostStartContainerHook": Stage.POST_START_CONTAINER,
+    "PostStopContainerHook": Stage.POST_STOP_CONTAINER,
+    "PreUpdateContainerResourcesHook": Stage.PRE_UPDATE_CONTAINER_RESOURCES,
+}
+RPC_STAGES = frozenset(POD_RPCS.values()) | frozenset(CONTAINER_RPCS.values())
+
+Req = TypeVar("Req")
+T = TypeVar("T")
+
+
+class _Reply(Exception):
+    """Internal: answer with this status (outcome label for the metric)."""
+
+    def __init__(self, status: Status, message: str, outcome: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.outcome = outcome
+
+
+class RuntimeHookService(RuntimeHookServiceBase):
+    """The seven hook RPCs; each is one bus request."""
+
+    def __init__(
+        self,
+        bus: EventBus,
+        converter: ProxyConverter,
+        policy: FailurePolicy = "Ignore",
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    ) -> None:
+        self.bus = bus
+        self.converter = converter
+        self.policy = policy
+        self.request_timeout = request_timeout
+        self.timings: dict[str, list[float]] | None = None  # set by benchmarks
+
+    # -- the RPCs ---------------------------------------------------------------------------------
+
+    async def PreRunPodSandboxHook(
+        self, stream: Stream[rpb.PodSandboxHookRequest, rpb.PodSandboxHookResponse]
+    ) -> None:
+        """Before RunPodSandbox: batch resources, bvt, … written to the pod cgroup and returned."""
+        await self._serve_pod(stream, "PreRunPodSandboxHook")
+
+    async def PostStopPodSandboxHook(
+        self, stream: Stream[rpb.PodSandboxHookRequest, rpb.PodSandboxHookResponse]
+    ) -> None:
+        """After StopPodSandbox."""
+        await self._serve_pod(stream, "PostStopPodSandboxHook")
+
+    async def PreCreateContainerHook(
+        self, stream: Stream[rpb.ContainerResourceHookRequest, rpb.ContainerResourceHookResponse]
+    ) -> None:
+        """Before CreateContainer: the container's resources (batch, cpuset, normalized quota)."""
+        await self._serve_container(stream, "PreCreateContainerHook")
+
+    async def PreStartContainerHook(
+        self, stream: Stream[rpb.ContainerResourceHookRequest, rpb.ContainerResourceHookResponse]
+    ) -> None:
+        """Before StartContainer."""
+        await self._serve_container(stream, "PreStartContainerHook")
+
+    async def PostStartContainerHook(
+        self, stream: Stream[rpb.ContainerResourceHookRequest, rpb.ContainerResourceHookResponse]
+    ) -> None:
+        """After StartContainer."""
+        await self._serve_container(stream, "PostStartContainerHook")
+
+    async def PostStopContainerHook(
+        self, stream: Stream[rpb.ContainerResourceHookRequest, rpb.ContainerResourceHookResponse]
+    ) -> None:
+        """After StopContainer."""
+        await self._serve_container(stream, "PostStopContainerHook")
+
+    async def PreUpdateContainerResourcesHook(
+        self, stream: Stream[rpb.ContainerResourceHookRequest, rpb.ContainerResourceHookResponse]
+    ) -> None:
+        """Before UpdateContainerResources: the resources to apply."""
+        await self._serve_container(stream, "PreUpdateContainerResourcesHook")
+
+    # -- shared shape -----------------------------------------------------------------------------
+
+    async def _serve_pod(
+        self, stream: Stream[rpb.PodSandboxHookRequest, rpb.PodSandboxHookResponse], method: str
+    ) -> None:
+        received = time.monotonic()
+        outcome = "ok"
+        try:
+            req = await self._recv(stream, method)
+            ctx: PodContext | None = None
+            try:
+                ctx = self._convert(lambda: self.converter.pod_context(req, self.bus.state, method), method)
+                await self._request(ProxyPodHook(POD_RPCS[method], ctx), stream, received)
+            except _Reply:
+                raise
+            except Exception as exc:
+                outcome = self._internal_error(method, exc)
+                ctx = None
+            await stream.send_message(pod_response(req, ctx))
+        except _Reply as reply:
+            outcome = reply.outcome
+            raise GRPCError(reply.status, reply.message) from None
+        finally:
+            self._observe(method, outcome, received)
+
+    async def _serve_container(
+        self,
+        stream: Stream[rpb.ContainerResourceHookRequest, rpb.ContainerResourceHookResponse],
+        method: str,
+    ) -> None:
+        received = time.monotonic()
+        outcome = "ok"
+        try:
+            req = await self._recv(stream, method)
+            ctx: ContainerContext | None = None
+            try:
+                ctx = self._convert(
+                    lambda: self.converter.container_context(req, self.bus.state, method), method
+                )
+                await self._request(ProxyContainerHook(CONTAINER_RPCS[method], ctx), stream, received)
+            except _Reply:
+                raise
+            except Exception as exc:
+                outcome = self._internal_error(method, exc)
+                ctx = None
+            await stream.send_message(container_response(req, ctx))
+        except _Reply as reply:
+            outcome = reply.outcome
+            raise GRPCError(reply.status, reply.message) from None
+        finally:
+            self._observe(method, outcome, received)
+
+    async def _recv(self, stream: Stream[Req, Any], method: str) -> Req:
+        try:
+            req = await stream.recv_message()
+        except DecodeError as exc:
+            raise self._invalid(method, f"request does not parse: {exc}") from None
+        if req is None:
+            raise self._invalid(method, "no request message")
+        return req
+
+    def _convert(self, build: Callable[[], T], method: str) -> T:
+        try:
+            return build()
+        except ProxyRequestError as exc:
+            raise self._invalid(method, str(exc)) from None
+
+    @staticmethod
+    def _invalid(method: str, message: str) -> _Reply:
+        log.warning("invalid runtime hook request", method=method, error=message)
+        return _Reply(Status.INVALID_ARGUMENT, message, "invalid_argument")
+
+    def _internal_error(self, method: str, exc: Exception) -> str:
+        """A bug of ours: never fail the pod under Ignore (the pre-filled reply goes back)."""
+        log.error(
+            "runtime hook request failed unexpectedly",
+            method=method,
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=exc,
+        )
+        if self.policy == "Fail":
+            raise _Reply(Status.UNKNOWN, f"{type(exc).__name__}: {exc}", "internal_error") from exc
+        return "internal_error"
+
+    async def _request(self, event: Any, stream: Stream[Any, Any], received: float) -> None:
+        # the caller's grpc-timeout when it sends one (elapsed time is already out of it)
+        budget = self.request_timeout
+        elapsed = time.monotonic() - received
+        if stream.deadline is not None:
+            budget, elapsed = stream.deadline.time_remaining(), 0.0
+        deadline = hook_deadline(budget, elapsed)
+        try:
+            await self.bus.request(event, deadline, self.policy)
+        except (HookError, TimeoutException) as exc:
+            # only under Fail: nothing was written, the proxy applies its own failure policy
+            raise _Reply(Status.UNKNOWN, str(exc), "hook_error") from None
+
+    def _observe(self, method: str, outcome: str, received: float) -> None:
+        took = time.monotonic() - received
+        m.REQUESTS.labels(method, outcome).inc()
+        m.REQUEST_SECONDS.labels(method).observe(took)
+        if self.timings is not None:
+            self.timings.setdefault(method, []).append(took)
