@@ -1,4 +1,9 @@
-"""koordqos.strategies."""
+"""koordqos.strategies: the QoS manager (strategy framework) and its strategies.
+
+`setup(ctx)` builds every registered strategy (registry.py; CPUSuppress, CPUEvict, MemoryEvict, …) and
+returns the `QoSManager` component, which subscribes each enabled one to metric ticks. It reads the
+services "metric_store", "topology", "cgroup_layout", "cgroup_reader", "executor" and "evictor".
+"""
 
 from __future__ import annotations
 
@@ -9,5 +14,10 @@ if TYPE_CHECKING:
 
 
 def setup(ctx: AgentContext) -> list[Component]:
-    """Contribute this package's services and components to the agent."""
-    return []
+    """Contribute the QoS manager component (services are looked up when strategies run)."""
+    from koordqos.strategies.framework import QoSManager
+    from koordqos.strategies.registry import build_all
+
+    manager = QoSManager(ctx, build_all())
+    ctx.services["qos_manager"] = manager
+    return [manager]

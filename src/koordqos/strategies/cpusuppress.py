@@ -1,0 +1,518 @@
+"""CPUSuppress (spec §2.1): cap the CPU the besteffort subtree may use (CFS quota or a smaller cpuset).
+
+`suppress = capacity × threshold − non-BE pod usage − non-BE host-app usage − system usage` (milli-CPU),
+floored by `cpuSuppressMinPercent`. The `cfsQuota` policy turns it into the besteffort dir's quota (with a
+1 % bypass and a 10 %-of-capacity step-up limit); the `cpuset` policy into a set of CPUs picked from the
+LSR and LS pools (LSE CPUs never go to BE). When the NodeSLO switch is off, both are recovered.
+Pure: `CPUSuppress.plan` turns inputs into `CgroupSet` intents; the framework reads and writes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from prometheus_client import Gauge
+
+from koordqos.cgroups.resources import format_cpuset
+from koordqos.config import AgentConfig
+from koordqos.metrics.types import MetricKind
+from koordqos.model.nodeslo import NodeSLO, is_feature_disabled
+from koordqos.model.pod import KubeQoS, NodeInfo, PodInfo, QoSClass
+from koordqos.observability import REGISTRY
+from koordqos.state import NodeState
+from koordqos.strategies.cpupick import Processor, pick_be_cpus
+from koordqos.strategies.framework import StrategyEnv
+from koordqos.strategies.intents import (
+    CFS_QUOTA,
+    CPUSET_CPUS,
+    REASON_ADJUST_BE_BY_NODE_CPU_USAGE,
+    REASON_UPDATE_CPU,
+    BEDir,
+    CgroupSet,
+)
+from koordqos.strategies.usage import (
+    calculate_filter_pods_used,
+    cpu_manager_policy,
+    non_be_host_app,
+    non_be_pod,
+    reserved_cpus,
+    system_qos_exclusive_cpus,
+)
+
+NAME = "CPUSuppress"
+DEFAULT_THRESHOLD_PERCENT = 65
+BYPASS_RATIO = 0.01
+BE_MIN_CPUSET_CORES = 2
+BE_MIN_QUOTA = 2000
+BE_MAX_INCREASE_PERCENT = 0.1
+UNSET_QUOTA = -1
+CFS_PERIOD = 100_000
+POD_DEPTH = 1
+CONTAINER_DEPTH = 2
+
+BE_SUPPRESS_LS_USED = Gauge(
+    "koordqos_be_suppress_ls_used_cores",
+    "Non-BE pod + host-app + system CPU usage seen by CPU suppress",
+    registry=REGISTRY,
+)
+BE_SUPPRESS_CORES = Gauge(
+    "koordqos_be_suppress_cores",
+    "CPU cores left to best-effort pods by CPU suppress",
+    ["policy"],
+    registry=REGISTRY,
+)
+
+
+class Policy(StrEnum):
+    """cpuSuppressPolicy."""
+
+    CPUSET = "cpuset"
+    CFS_QUOTA = "cfsQuota"
+
+
+class Status(StrEnum):
+    """Per-policy state: the policy is actively suppressing, or its cgroups were restored."""
+
+    USING = "using"
+    RECOVERED = "recovered"
+
+
+@dataclass(frozen=True, slots=True)
+class HostApp:
+    """A host application of the NodeSLO as the usage split needs it."""
+
+    name: str
+    non_be: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressConfig:
+    """The NodeSLO settings CPU suppress reads (`enable` None: the switch is missing, skip the round)."""
+
+    enable: bool | None
+    threshold_percent: int = DEFAULT_THRESHOLD_PERCENT
+    min_percent: int | None = None
+    policy: Policy = Policy.CPUSET
+    host_apps: tuple[HostApp, ...] = ()
+
+
+@dataclass(frozen=True)
+class SuppressInputs:
+    """Everything one CPU-suppress round looks at."""
+
+    config: SuppressConfig
+    pods: Mapping[str, PodInfo]
+    node: NodeInfo | None
+    node_used: float | None  # cores, Last; None when the query failed
+    pod_used: Mapping[str, float]  # cores by pod uid (only pods with a sample)
+    host_app_used: Mapping[str, float]
+    processors: Sequence[Processor]
+    be_quota: int | None  # current besteffort cpu.cfs_quota_us (None: unreadable)
+    be_cpuset: tuple[int, ...] | None  # current besteffort cpuset.cpus (None: unreadable)
+    be_dirs: Sequence[BEDir] = ()  # besteffort dir, pod dirs, container dirs in walk order
+    pod_dirs: Mapping[str, str] = field(default_factory=dict)  # BE pod uid → its cgroup dir (relative)
+    reserved_cpus: frozenset[int] = frozenset()
+    system_qos_exclusive: frozenset[int] = frozenset()
+    cpu_manager_policy: str = ""
+    reserved_milli: int = 0
+    be_cpu_manager: bool = False  # gate BECPUManager
+
+
+# -- pure calculations ---------------------------------------------------------------------------------------
+
+
+def be_suppress_milli(
+    capacity_milli: int,
+    threshold_percent: int,
+    pod_non_be: float,
+    host_app_non_be: float,
+    system: float,
+    min_percent: int | None = None,
+) -> int:
+    """calculateBESuppressCPU: capacity × threshold − non-BE pods − non-BE host apps − system, min floor."""
+    suppress = (
+        capacity_milli * threshold_percent // 100
+        - int(pod_non_be * 1000)
+        - int(host_app_non_be * 1000)
+        - int(system * 1000)
+    )
+    if min_percent is not None:
+        suppress = max(suppress, capacity_milli * min_percent // 100)
+    return suppress
+
+
+def plan_cfs_quota(suppress_milli: int, current_quota: int, capacity_milli: int) -> int | None:
+    """adjustByCfsQuota: the quota to write, or None when the change is below the 1 % bypass."""
+    new = max(_div_trunc(suppress_milli * CFS_PERIOD, 1000), BE_MIN_QUOTA)
+    cores = math.ceil(capacity_milli / 1000)
+    min_delta = cores * CFS_PERIOD * BYPASS_RATIO
+    if abs(new - current_quota) < min_delta and new != BE_MIN_QUOTA:
+        return None
+    max_increase = int(cores * CFS_PERIOD * BE_MAX_INCREASE_PERCENT)
+    if new - current_quota > max_increase and current_quota != UNSET_QUOTA:
+        new = current_quota + max_increase
+    return new
+
+
+def _div_trunc(a: int, b: int) -> int:
+    """Integer division truncating toward zero (Go semantics)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def be_cpu_count(suppress_milli: int, old_len: int, all_processors: int) -> int:
+    """CPUs for BE: ceil(milli/1000), at least 2, growing by at most ceil(10 % of CPUs) per round."""
+    cpus = math.ceil(suppress_milli / 1000)
+    cpus = max(cpus, BE_MIN_CPUSET_CORES)
+    max_increase = math.ceil(all_processors * BE_MAX_INCREASE_PERCENT)
+    if cpus - old_len > max_increase:
+        cpus = old_len + max_increase
+    return cpus
+
+
+def pick_suppressed_cpuset(cpus: int, lsr: Sequence[Processor], ls: Sequence[Processor]) -> list[int] | None:
+    """Split `cpus` between the LSR and LS pools in proportion and pick from each; None: both pools empty."""
+    if not lsr and not ls:
+        return None
+    lsr_num = cpus * len(lsr) // (len(lsr) + len(ls))
+    return pick_be_cpus(lsr_num, lsr) + pick_be_cpus(cpus - lsr_num, ls)
+
+
+def cpu_pools(
+    processors: Sequence[Processor],
+    cpu_qos: Mapping[int, QoSClass],
+    excluded: frozenset[int],
+) -> tuple[list[Processor], list[Processor]]:
+    """(LSR pool, LS pool): non-excluded CPUs bound to LSR pods, and those not bound to LSR or LSE pods."""
+    lsr: list[Processor] = []
+    ls: list[Processor] = []
+    for p in processors:
+        if p.cpu_id in excluded:
+            continue
+        qos = cpu_qos.get(p.cpu_id)
+        if qos is QoSClass.LSR:
+            lsr.append(p)
+        elif qos is not QoSClass.LSE:
+            ls.append(p)
+    return lsr, ls
+
+
+def recovery_cpuset(
+    processors: Sequence[Processor], excluded: frozenset[int], lse_cpus: frozenset[int]
+) -> frozenset[int]:
+    """calcBECPUSet: every CPU except system-QoS-exclusive, reserved and LSE-bound ones."""
+    return frozenset(p.cpu_id for p in processors) - excluded - lse_cpus
+
+
+# -- the strategy --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SuppressPlan:
+    """One round's outcome: writes in order, and what was computed (for decisions and tests)."""
+
+    writes: list[CgroupSet] = field(default_factory=list)
+    suppress_milli: int | None = None
+    skipped: str = ""
+
+
+class CPUSuppress:
+    """CPU suppress with its per-policy status memory (so recovery of an unused policy is written once)."""
+
+    name = NAME
+
+    def __init__(self) -> None:
+        self.statuses: dict[Policy, Status] = {}
+
+    def plan(self, inp: SuppressInputs) -> SuppressPlan:
+        """One round of CPU suppress (or recovery): the cgroup writes to make, in order."""
+        out = SuppressPlan()
+        cfg = inp.config
+        pod_cpusets = scheduler_cpusets(inp.pods)
+        if cfg.enable is None:
+            out.skipped = "resourceUsedThresholdWithBE.enable not set"
+            return out
+        if inp.be_cpu_manager:
+            out.writes += self.recover_cfs_quota(inp)
+            out.writes += self.recover_cpuset_for_be_cpu_manager(inp, pod_cpusets)
+            return out
+        if not cfg.enable:
+            out.writes += self.recover_cfs_quota(inp)
+            out.writes += self.recover_cpuset(inp, pod_cpusets, CONTAINER_DEPTH)
+            return out
+        if inp.node is None:
+            out.skipped = "node unknown"
+            return out
+        if not inp.pods:
+            out.skipped = "no pods"
+            return out
+        if inp.node_used is None:
+            out.skipped = "node cpu usage unavailable"
+            return out
+        capacity = inp.node.capacity.get("cpu", 0)
+        pod_non_be, app_non_be, system = calculate_filter_pods_used(
+            inp.node_used,
+            inp.reserved_milli / 1000,
+            inp.pods,
+            inp.pod_used,
+            cfg.host_apps,
+            inp.host_app_used,
+            non_be_pod,
+            lambda app: app.non_be,
+            lambda app: app.name,
+        )
+        suppress = be_suppress_milli(
+            capacity, cfg.threshold_percent, pod_non_be, app_non_be, system, cfg.min_percent
+        )
+        BE_SUPPRESS_LS_USED.set(pod_non_be + app_non_be + system)
+        out.suppress_milli = suppress
+        if not inp.processors:
+            out.skipped = "node cpu info unavailable"
+            return out
+        if cfg.policy is Policy.CFS_QUOTA:
+            out.writes += self.adjust_by_cfs_quota(inp, suppress, capacity)
+            self.statuses[Policy.CFS_QUOTA] = Status.USING
+            out.writes += self.recover_cpuset(inp, pod_cpusets, CONTAINER_DEPTH)
+        else:
+            out.writes += self.adjust_by_cpuset(inp, suppress, pod_cpusets)
+            self.statuses[Policy.CPUSET] = Status.USING
+            out.writes += self.recover_cfs_quota(inp)
+        return out
+
+    # -- cfs quota -------------------------------------------------------------------------------------------
+
+    def adjust_by_cfs_quota(
+        self, inp: SuppressInputs, suppress_milli: int, capacity_milli: int
+    ) -> list[CgroupSet]:
+        """Set the besteffort quota to the suppress amount (bypass and step limits applied)."""
+        if inp.be_quota is None or not inp.be_dirs:
+            return []
+        new = plan_cfs_quota(suppress_milli, inp.be_quota, capacity_milli)
+        if new is None:
+            return []
+        BE_SUPPRESS_CORES.labels(Policy.CFS_QUOTA.value).set(new / CFS_PERIOD)
+        return [
+            CgroupSet(
+                inp.be_dirs[0].path,
+                CFS_QUOTA,
+                str(new),
+                cacheable=False,
+                reason=REASON_ADJUST_BE_BY_NODE_CPU_USAGE,
+                old=str(inp.be_quota),
+            )
+        ]
+
+    def recover_cfs_quota(self, inp: SuppressInputs) -> list[CgroupSet]:
+        """recoverCFSQuotaIfNeed: write -1 once unless already recovered."""
+        if self.statuses.get(Policy.CFS_QUOTA) is Status.RECOVERED or not inp.be_dirs:
+            return []
+        self.statuses[Policy.CFS_QUOTA] = Status.RECOVERED
+        old = None if inp.be_quota is None else str(inp.be_quota)
+        return [
+            CgroupSet(
+                inp.be_dirs[0].path,
+                CFS_QUOTA,
+                str(UNSET_QUOTA),
+                cacheable=False,
+                reason=REASON_UPDATE_CPU,
+                old=old,
+            )
+        ]
+
+    # -- cpuset ----------------------------------------------------------------------------------------------
+
+    def _excluded(self, inp: SuppressInputs) -> frozenset[int]:
+        return inp.reserved_cpus | inp.system_qos_exclusive
+
+    def _lse_cpus(self, inp: SuppressInputs, pod_cpusets: Mapping[str, frozenset[int]]) -> frozenset[int]:
+        lse: set[int] = set()
+        for uid, cpus in pod_cpusets.items():
+            pod = inp.pods.get(uid)
+            if pod is not None and pod.qos_raw is QoSClass.LSE:
+                lse |= cpus
+        return frozenset(lse)
+
+    def be_cpuset(self, inp: SuppressInputs, pod_cpusets: Mapping[str, frozenset[int]]) -> frozenset[int]:
+        """The full BE cpuset used for recovery."""
+        return recovery_cpuset(inp.processors, self._excluded(inp), self._lse_cpus(inp, pod_cpusets))
+
+    def recover_cpuset(
+        self, inp: SuppressInputs, pod_cpusets: Mapping[str, frozenset[int]], max_depth: int
+    ) -> list[CgroupSet]:
+        """recoverCPUSetIfNeed: write the full BE cpuset to every BE dir down to `max_depth` (top-down)."""
+        self.statuses[Policy.CPUSET] = Status.RECOVERED
+        if not inp.processors:
+            return []
+        value = format_cpuset(self.be_cpuset(inp, pod_cpusets))
+        return [
+            CgroupSet(d.path, CPUSET_CPUS, value, cacheable=True, reason=REASON_UPDATE_CPU, level=d.depth)
+            for d in inp.be_dirs
+            if d.depth <= max_depth
+        ]
+
+    def recover_cpuset_for_be_cpu_manager(
+        self, inp: SuppressInputs, pod_cpusets: Mapping[str, frozenset[int]]
+    ) -> list[CgroupSet]:
+        """Full BE cpuset everywhere except containers of pods the scheduler bound to CPUs or NUMA nodes."""
+        self.statuses[Policy.CPUSET] = Status.RECOVERED
+        if not inp.processors:
+            return []
+        value = format_cpuset(self.be_cpuset(inp, pod_cpusets))
+        bound_dirs = [
+            d for uid, d in inp.pod_dirs.items() if _bound_by_scheduler(inp.pods.get(uid), pod_cpusets)
+        ]
+        writes = []
+        for d in inp.be_dirs:
+            if d.depth == CONTAINER_DEPTH and any(pd and pd in d.path for pd in bound_dirs):
+                continue
+            writes.append(
+                CgroupSet(d.path, CPUSET_CPUS, value, cacheable=True, reason=REASON_UPDATE_CPU, level=d.depth)
+            )
+        return writes
+
+    def adjust_by_cpuset(
+        self, inp: SuppressInputs, suppress_milli: int, pod_cpusets: Mapping[str, frozenset[int]]
+    ) -> list[CgroupSet]:
+        """Shrink (or grow, step-limited) the BE cpuset to ceil(suppress) CPUs from the LSR and LS pools."""
+        if inp.be_cpuset is None:
+            return []
+        cpu_qos: dict[int, QoSClass] = {}
+        for uid, cpus in pod_cpusets.items():
+            pod = inp.pods.get(uid)
+            if pod is None:
+                continue
+            for c in cpus:
+                cpu_qos[c] = pod.qos_raw
+        lsr, ls = cpu_pools(inp.processors, cpu_qos, self._excluded(inp))
+        count = be_cpu_count(suppress_milli, len(inp.be_cpuset), len(inp.processors))
+        picked = pick_suppressed_cpuset(count, lsr, ls)
+        if not picked:
+            # no usable CPU (both pools empty, or not enough in a pool): leave the BE cpusets as they are
+            return []
+        return self.apply_be_cpuset(inp, picked, pod_cpusets)
+
+    def apply_be_cpuset(
+        self, inp: SuppressInputs, picked: Sequence[int], pod_cpusets: Mapping[str, frozenset[int]]
+    ) -> list[CgroupSet]:
+        """applyBESuppressCPUSet: static kubelet policy → containers only; else loosen down, set up."""
+        new = format_cpuset(picked)
+        BE_SUPPRESS_CORES.labels(Policy.CPUSET.value).set(len(set(picked)))
+        reason = REASON_ADJUST_BE_BY_NODE_CPU_USAGE
+        if inp.cpu_manager_policy == "static":
+            writes = self.recover_cpuset(inp, pod_cpusets, POD_DEPTH)
+            writes += [
+                CgroupSet(d.path, CPUSET_CPUS, new, cacheable=True, reason=reason, level=d.depth)
+                for d in inp.be_dirs
+                if d.depth == CONTAINER_DEPTH
+            ]
+            return writes
+        dirs = [d for d in inp.be_dirs if d.depth <= CONTAINER_DEPTH]
+        merged = format_cpuset(set(inp.be_cpuset or ()) | set(picked))
+        writes = [
+            CgroupSet(d.path, CPUSET_CPUS, merged, cacheable=True, reason=reason, level=d.depth) for d in dirs
+        ]
+        writes += [
+            CgroupSet(d.path, CPUSET_CPUS, new, cacheable=True, reason=reason, level=d.depth)
+            for d in reversed(dirs)
+        ]
+        return writes
+
+
+def scheduler_cpusets(pods: Mapping[str, PodInfo]) -> dict[str, frozenset[int]]:
+    """Resource-status cpusets by pod uid (malformed annotations are reported by the pod model)."""
+    out: dict[str, frozenset[int]] = {}
+    for uid, pod in pods.items():
+        rs = pod.resource_status
+        if rs is not None and rs.cpuset:
+            out[uid] = frozenset(rs.cpus)
+    return out
+
+
+def _bound_by_scheduler(pod: PodInfo | None, pod_cpusets: Mapping[str, frozenset[int]]) -> bool:
+    if pod is None:
+        return False
+    rs = pod.resource_status
+    return bool(pod_cpusets.get(pod.uid)) or (rs is not None and bool(rs.numa_node_resources))
+
+
+# -- wiring: NodeSLO and the node into inputs; the round -----------------------------------------------------
+
+
+def suppress_config(slo: NodeSLO | None) -> SuppressConfig:
+    """SuppressConfig from a (merged) NodeSLO; a missing switch gives `enable=None` (skip the round)."""
+    disabled, err = is_feature_disabled(slo, "BECPUSuppress")
+    if err is not None or slo is None:
+        return SuppressConfig(enable=None)
+    t = slo.resource_used_threshold_with_be
+    assert t is not None  # is_feature_disabled checked it
+    threshold = t.cpu_suppress_threshold_percent
+    return SuppressConfig(
+        enable=not disabled,
+        threshold_percent=DEFAULT_THRESHOLD_PERCENT if threshold is None else threshold,
+        min_percent=t.cpu_suppress_min_percent,
+        policy=Policy(t.cpu_suppress_policy or Policy.CPUSET.value),
+        host_apps=tuple(HostApp(a.name, non_be_host_app(a)) for a in slo.host_applications),
+    )
+
+
+def build_inputs(state: NodeState, env: StrategyEnv) -> SuppressInputs:
+    """Read what one round needs: metrics (Last window), the BE cgroups, topology and node annotations."""
+    store = env.store
+    pods = state.pods
+    pod_used: dict[str, float] = {}
+    for uid in pods:
+        v = store.last(MetricKind.POD_CPU_USAGE, uid)
+        if v is not None:
+            pod_used[uid] = v
+    node = state.node
+    pod_dirs: dict[str, str] = {}
+    for uid, pod in pods.items():
+        if pod.kube_qos is KubeQoS.BESTEFFORT:
+            d = env.pod_dir(pod)
+            if d is not None:
+                pod_dirs[uid] = d
+    return SuppressInputs(
+        config=suppress_config(state.node_slo),
+        pods=pods,
+        node=node,
+        node_used=store.last(MetricKind.NODE_CPU_USAGE),
+        pod_used=pod_used,
+        host_app_used={},  # no host-application usage series is collected yet: host apps count as absent
+        processors=env.processors(),
+        be_quota=env.be_quota(),
+        be_cpuset=env.be_cpuset(),
+        be_dirs=env.be_cpuset_dirs(CONTAINER_DEPTH),
+        pod_dirs=pod_dirs,
+        reserved_cpus=reserved_cpus(node),
+        system_qos_exclusive=system_qos_exclusive_cpus(node),
+        cpu_manager_policy=cpu_manager_policy(node),
+        reserved_milli=node.reserved()["cpu"] if node is not None else 0,
+        be_cpu_manager=env.config.gate("BECPUSuppress") and env.config.gate("BECPUManager"),
+    )
+
+
+class CPUSuppressStrategy:
+    """The CPUSuppress strategy as the QoS manager runs it."""
+
+    name = NAME
+
+    def __init__(self) -> None:
+        self.core = CPUSuppress()
+        self.last_plan: SuppressPlan | None = None
+
+    def enabled(self, config: AgentConfig) -> bool:
+        """Gate BECPUSuppress and a positive interval."""
+        return config.gate("BECPUSuppress") and config.qos.cpu_suppress_interval_seconds > 0
+
+    def interval(self, config: AgentConfig) -> float:
+        """--cpu-suppress-interval-seconds."""
+        return config.qos.cpu_suppress_interval_seconds
+
+    async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
+        """Plan from the current state and metrics, then write through the executor."""
+        plan = self.core.plan(build_inputs(state, env))
+        self.last_plan = plan
+        await env.apply(NAME, plan.writes)

@@ -1,0 +1,320 @@
+"""The QoS manager (spec §1): a registry of strategies run on metric ticks, each at its own interval.
+
+Each enabled strategy gets its own bus subscription (own queue and task), so a slow one (an eviction
+waiting on the API server) never delays another. A strategy's round is `plan` (pure: state + metrics +
+config → intents) and actuation through `StrategyEnv` (cgroup executor, evictor). A round that raises is
+logged, counted and skipped; the strategy runs again at its next interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+from prometheus_client import Counter, Histogram
+
+from koordqos import observability as obs
+from koordqos.cgroups.executor import CgroupWrite, Level
+from koordqos.config import AgentConfig
+from koordqos.decisions import DecisionLog
+from koordqos.errors import CgroupError
+from koordqos.events.types import MetricTick
+from koordqos.model.pod import KubeQoS, PodInfo
+from koordqos.state import NodeState
+from koordqos.strategies.cpupick import Processor
+from koordqos.strategies.eviction import EVICTED_REASON, EvictionOutcome, EvictTask, kill_and_evict
+from koordqos.strategies.intents import BEDir, CgroupSet
+
+log = structlog.get_logger("koordqos.strategies")
+
+APPLY_CHUNK = 100  # cgroup writes handed to the executor between two yields to the loop
+
+STRATEGY_RUNS = Counter(
+    "koordqos_strategy_runs_total",
+    "QoS strategy rounds by strategy and result (ok, failed)",
+    ["strategy", "result"],
+    registry=obs.REGISTRY,
+)
+STRATEGY_SECONDS = Histogram(
+    "koordqos_strategy_round_seconds",
+    "Wall time of one QoS strategy round",
+    ["strategy"],
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5),
+    registry=obs.REGISTRY,
+)
+EVICTIONS = Counter(
+    "koordqos_strategy_evictions_total",
+    "Pods evicted (or recorded in dry-run) by strategy and feature",
+    ["strategy", "feature"],
+    registry=obs.REGISTRY,
+)
+INVALID_CONFIG = Counter(
+    "koordqos_strategy_invalid_config_total",
+    "Rounds a feature skipped because its NodeSLO config is invalid",
+    ["feature"],
+    registry=obs.REGISTRY,
+)
+
+
+class Evictor(Protocol):
+    """The evictor service (kube): evicts once, remembers evicted UIDs for 2 minutes, dry-run aware."""
+
+    async def evict(self, pod: PodInfo, reason: str, message: str, strategy: str) -> bool: ...
+
+    def is_evicted(self, pod: PodInfo) -> bool: ...
+
+
+class QoSStrategy(Protocol):
+    """A QoS strategy: a name, whether it runs (gates + interval), its interval, and one round."""
+
+    name: str
+
+    def enabled(self, config: AgentConfig) -> bool: ...
+
+    def interval(self, config: AgentConfig) -> float: ...
+
+    async def run_once(self, state: NodeState, env: StrategyEnv) -> None: ...
+
+
+@dataclass
+class StrategyEnv:
+    """What strategies read and act through: metrics, topology, cgroups (via executor), evictor, decisions."""
+
+    config: AgentConfig
+    decisions: DecisionLog
+    services: dict[str, Any]
+    clock: Callable[[], float] = time.monotonic
+    _warned: set[str] = field(default_factory=set)
+
+    @property
+    def collect_interval(self) -> float:
+        """The metrics collection interval (seconds)."""
+        return self.config.metrics.collect_interval_seconds
+
+    @property
+    def dry_run(self) -> bool:
+        """Record decisions, change nothing."""
+        return self.decisions.dry_run
+
+    def warn_once(self, key: str, message: str, **kw: Any) -> None:
+        """Log a warning the first time `key` is seen (bad config repeats every tick)."""
+        if key in self._warned:
+            return
+        if len(self._warned) > 4096:
+            self._warned.clear()
+        self._warned.add(key)
+        log.warning(message, **kw)
+
+    def forget_warning(self, key: str) -> None:
+        """Let `key` warn again (the condition went away)."""
+        self._warned.discard(key)
+
+    # -- metrics / topology --------------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Any:
+        """The MetricStore."""
+        return self.services["metric_store"]
+
+    def processors(self) -> list[Processor]:
+        """The node's CPUs with core, socket and NUMA node (empty when unknown)."""
+        topo = self.services.get("topology")
+        if topo is None:
+            return []
+        return [Processor(c.cpu, c.core, c.socket, c.node) for c in topo.cpus]
+
+    # -- cgroups -------------------------------------------------------------------------------------------
+
+    def be_dir(self) -> str | None:
+        """Relative dir of the besteffort QoS cgroup (None without a cgroup layout)."""
+        layout = self.services.get("cgroup_layout")
+        return None if layout is None else str(layout.qos_dir(KubeQoS.BESTEFFORT))
+
+    def be_cpuset_dirs(self, max_depth: int = 2) -> list[BEDir]:
+        """The besteffort dir and its sub-dirs down to `max_depth`, in walk order (sorted, pre-order)."""
+        layout = self.services.get("cgroup_layout")
+        root = self.be_dir()
+        if layout is None or root is None:
+            return []
+        try:
+            base = layout.subsystem_dir(root, "cpuset")
+        except CgroupError:
+            return []
+        if not base.is_dir():
+            return []
+        out: list[BEDir] = [BEDir(root, 0)]
+
+        def walk(abs_dir: str, rel: str, depth: int) -> None:
+            if depth > max_depth:
+                return
+            try:
+                entries = sorted(e.name for e in os.scandir(abs_dir) if e.is_dir(follow_symlinks=False))
+            except OSError:
+                return
+            for name in entries:
+                child_rel = f"{rel}/{name}"
+                out.append(BEDir(child_rel, depth))
+                walk(os.path.join(abs_dir, name), child_rel, depth + 1)
+
+        walk(str(base), root, 1)
+        return out
+
+    def be_quota(self) -> int | None:
+        """The besteffort dir's current cfs quota (µs; −1 unlimited), None when unreadable."""
+        reader = self.services.get("cgroup_reader")
+        root = self.be_dir()
+        if reader is None or root is None:
+            return None
+        qp = reader.cpu_quota_period(root)
+        return None if qp is None else int(qp[0])
+
+    def be_cpuset(self) -> tuple[int, ...] | None:
+        """The besteffort dir's current cpuset.cpus, None when unreadable."""
+        reader = self.services.get("cgroup_reader")
+        root = self.be_dir()
+        if reader is None or root is None:
+            return None
+        cpus = reader.cpuset(root)
+        return None if cpus is None else tuple(sorted(cpus))
+
+    def pod_dir(self, pod: PodInfo) -> str | None:
+        """A pod's relative cgroup dir (None for a hostile uid or without a layout)."""
+        layout = self.services.get("cgroup_layout")
+        if layout is None:
+            return None
+        try:
+            return str(layout.pod_dir(pod))
+        except CgroupError:
+            return None
+
+    async def apply(self, strategy: str, writes: Sequence[CgroupSet]) -> None:
+        """Hand writes to the executor in order (consecutive writes with the same reason go as one batch)."""
+        executor = self.services.get("executor")
+        if executor is None or not writes:
+            return
+        batch: list[CgroupWrite] = []
+        reason = writes[0].reason
+        for w in writes:
+            if batch and (w.reason != reason or len(batch) >= APPLY_CHUNK):
+                await executor.apply_sequential(strategy, batch, reason)
+                await asyncio.sleep(0)  # hundreds of cpuset dirs: never hold the loop for one long step
+                batch = []
+            reason = w.reason
+            batch.append(CgroupWrite(w.dir, w.resource, w.value, Level(min(w.level, 2)), w.cacheable))
+        if batch:
+            await executor.apply_sequential(strategy, batch, reason)
+
+    # -- evictions -----------------------------------------------------------------------------------------
+
+    async def evict(self, strategy: str, tasks: Sequence[EvictTask], audit_reason: str) -> EvictionOutcome:
+        """Run the eviction pass over `tasks` through the evictor (dry-run: the evictor only records)."""
+        evictor: Evictor | None = self.services.get("evictor")
+        for task in tasks:
+            self.decisions.record(
+                strategy,
+                task.feature,
+                "evict-task",
+                None,
+                dict(task.to_release),
+                f"{audit_reason}: {task.reason}",
+                quiet=True,
+            )
+
+        async def evict_one(task: EvictTask, pod: PodInfo) -> bool:
+            if evictor is None:
+                self.decisions.record(
+                    strategy, pod.key, "evict", None, task.feature, task.message(pod), dry_run=True
+                )
+                return True
+            ok = await evictor.evict(pod, EVICTED_REASON, task.message(pod), strategy)
+            if ok:
+                EVICTIONS.labels(strategy, task.feature).inc()
+            return ok
+
+        def is_evicted(pod: PodInfo) -> bool:
+            return evictor is not None and evictor.is_evicted(pod)
+
+        return await kill_and_evict(tasks, is_evicted, evict_one)
+
+
+@dataclass
+class _Runner:
+    strategy: QoSStrategy
+    interval: float
+    last_start: float = float("-inf")
+    runs: int = 0
+    failures: int = 0
+
+
+class QoSManager:
+    """The component: subscribes each enabled strategy to metric ticks; rounds run at strategy intervals."""
+
+    name = "qos-manager"
+    essential = False
+
+    def __init__(self, ctx: Any, strategies: Iterable[QoSStrategy]) -> None:
+        self.ctx = ctx
+        self.env = StrategyEnv(ctx.config, ctx.decisions, ctx.services)
+        cfg: AgentConfig = ctx.config
+        self.runners: dict[str, _Runner] = {}
+        self.disabled: list[str] = []
+        for s in strategies:
+            if s.enabled(cfg):
+                self.runners[s.name] = _Runner(s, s.interval(cfg))
+            else:
+                self.disabled.append(s.name)
+        self._subscribed = False
+
+    def subscribe(self) -> None:
+        """Subscribe every enabled strategy to MetricTick (once)."""
+        if self._subscribed:
+            return
+        self._subscribed = True
+        for name, runner in self.runners.items():
+            self.ctx.bus.subscribe(f"qos:{name}", self._handler(runner), MetricTick)
+        log.info("qos manager started", enabled=list(self.runners), disabled=self.disabled)
+
+    def _handler(self, runner: _Runner) -> Callable[[MetricTick, NodeState], Any]:
+        async def handle(event: MetricTick, state: NodeState) -> None:
+            await self.tick(runner, state)
+
+        return handle
+
+    async def tick(self, runner: _Runner, state: NodeState) -> None:
+        """Run `runner`'s strategy if its interval has passed (half a collect interval of slack)."""
+        now = self.env.clock()
+        if now < runner.last_start + runner.interval - self.env.collect_interval / 2:
+            return
+        runner.last_start = now
+        name = runner.strategy.name
+        started = time.perf_counter()
+        try:
+            await runner.strategy.run_once(state, self.env)
+            runner.runs += 1
+            STRATEGY_RUNS.labels(name, "ok").inc()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            runner.failures += 1
+            STRATEGY_RUNS.labels(name, "failed").inc()
+            obs.ERRORS.labels(f"strategy:{name}", type(exc).__name__).inc()
+            log.error(
+                "strategy round failed",
+                strategy=name,
+                error=f"{type(exc).__name__}: {exc}",
+                failures=runner.failures,
+                exc_info=exc,
+            )
+        finally:
+            STRATEGY_SECONDS.labels(name).observe(time.perf_counter() - started)
+
+    async def run(self) -> None:
+        """Subscribe, then idle: rounds run on the bus subscriber tasks."""
+        self.subscribe()
+        self.ctx.status["qos"] = {"enabled": list(self.runners), "disabled": self.disabled}
+        await asyncio.Event().wait()

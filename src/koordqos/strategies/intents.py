@@ -1,0 +1,41 @@
+"""What strategies return: cgroup writes (for the cgroup executor); eviction tasks live in eviction.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CPUSET_CPUS = "cpuset.cpus"
+CFS_QUOTA = "cpu.cfs_quota_us"
+
+# koordlet's audit/event reasons (helpers/reason.go)
+REASON_UPDATE_CPU = "UpdateCPU"
+REASON_ADJUST_BE_BY_NODE_CPU_USAGE = "AdjustBEByNodeCPUUsage"
+REASON_EVICT_BY_NODE_MEMORY_USAGE = "EvictPodByNodeMemoryUsage"
+REASON_EVICT_BY_BE_CPU_SATISFACTION = "EvictPodByBECPUSatisfaction"
+
+
+@dataclass(frozen=True, slots=True)
+class BEDir:
+    """A cgroup dir of the besteffort subtree: the QoS dir (depth 0), a pod dir (1) or a container dir (2).
+
+    `path` is relative to the cgroup root of the controller (e.g. `kubepods/besteffort/pod<uid>/<id>`).
+    """
+
+    path: str
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupSet:
+    """Write `value` to logical resource `resource` of cgroup dir `dir` (relative to the controller root).
+
+    `cacheable` writes may be skipped by the executor when the same value was written recently.
+    """
+
+    dir: str
+    resource: str
+    value: str
+    cacheable: bool
+    reason: str
+    old: str | None = None
+    level: int = 0  # depth below the besteffort dir: 0 QoS dir, 1 pod, 2 container

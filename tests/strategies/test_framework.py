@@ -1,0 +1,146 @@
+"""The QoS manager: registry order, enablement, interval gating, failure isolation, dry-run, flags."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from koordqos.agent import AgentContext
+from koordqos.config import AgentConfig, add_flags, build_config, load_config
+from koordqos.decisions import DecisionLog
+from koordqos.events.bus import EventBus
+from koordqos.events.types import MetricTick
+from koordqos.state import NodeState
+from koordqos.strategies import setup
+from koordqos.strategies.framework import QoSManager, StrategyEnv
+from koordqos.strategies.intents import CFS_QUOTA, CgroupSet
+from koordqos.strategies.registry import ORDER, registered
+
+
+class Fake:
+    """A strategy whose rounds are counted; `fail` makes them raise."""
+
+    def __init__(self, name: str, interval: float = 0.0, fail: bool = False) -> None:
+        self.name = name
+        self._interval = interval
+        self.fail = fail
+        self.rounds = 0
+
+    def enabled(self, config: AgentConfig) -> bool:
+        return True
+
+    def interval(self, config: AgentConfig) -> float:
+        return self._interval
+
+    async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
+        self.rounds += 1
+        if self.fail:
+            raise RuntimeError("boom")
+
+
+def ctx(tree: dict[str, Any] | None = None) -> AgentContext:
+    cfg = build_config(tree or {})
+    return AgentContext(cfg, EventBus(), DecisionLog(dry_run=cfg.dry_run), local_mode=True)
+
+
+def test_registry_order_and_default_enablement() -> None:
+    names = registered()
+    assert names == [n for n in ORDER if n in names]
+    assert {"CPUSuppress", "CPUEvict", "MemoryEvict"} <= set(names)
+    manager = setup(ctx())[0]
+    assert isinstance(manager, QoSManager)
+    assert "CPUSuppress" in manager.runners  # BECPUSuppress is on by default
+    assert {"CPUEvict", "MemoryEvict"} <= set(manager.disabled)  # eviction gates are off by default
+
+
+def test_zero_interval_disables_even_with_gate_on() -> None:
+    manager = setup(ctx({"qos": {"cpu_suppress_interval_seconds": 0}}))[0]
+    assert isinstance(manager, QoSManager)
+    assert "CPUSuppress" in manager.disabled
+
+
+async def test_failing_strategy_is_isolated_and_counted() -> None:
+    c = ctx()
+    bad, good = Fake("Bad", fail=True), Fake("Good")
+    manager = QoSManager(c, [bad, good])
+    state = NodeState()
+    for _ in range(3):
+        for runner in manager.runners.values():
+            await manager.tick(runner, state)
+    assert bad.rounds == 3
+    assert good.rounds == 3
+    assert manager.runners["Bad"].failures == 3
+    assert manager.runners["Good"].failures == 0
+
+
+async def test_interval_gates_rounds() -> None:
+    c = ctx({"metrics": {"collect_interval_seconds": 1.0}})
+    slow = Fake("Slow", interval=5.0)
+    manager = QoSManager(c, [slow])
+    now = [100.0]
+    manager.env.clock = lambda: now[0]
+    runner = manager.runners["Slow"]
+    for t in (100.0, 101.0, 104.0, 104.6, 105.0, 109.6):
+        now[0] = t
+        await manager.tick(runner, NodeState())
+    assert slow.rounds == 3  # at 100, 104.6 (5 s minus half a collect interval), 109.6
+
+
+async def test_subscriptions_run_rounds_on_ticks() -> None:
+    import asyncio
+
+    c = ctx()
+    fake = Fake("Fake")
+    manager = QoSManager(c, [fake])
+    manager.subscribe()
+    bus_task = asyncio.create_task(c.bus.run())
+    try:
+        await c.bus.publish(MetricTick(at=1.0))
+        await c.bus.drained()
+    finally:
+        bus_task.cancel()
+    assert fake.rounds == 1
+
+
+async def test_dry_run_writes_nothing_and_records(tmp_path: Path) -> None:
+    from koordqos.cgroups import CgroupExecutor
+    from koordqos.testing.nodefs import SyntheticNode
+
+    node = SyntheticNode(tmp_path, cpus=4)
+    c = ctx({"dry_run": True})
+    c.services["executor"] = CgroupExecutor(node.layout, c.decisions)
+    env = StrategyEnv(c.config, c.decisions, c.services)
+    await env.apply(
+        "CPUSuppress",
+        [CgroupSet("kubepods/besteffort", CFS_QUOTA, "200000", False, "AdjustBEByNodeCPUUsage")],
+    )
+    assert node.read("kubepods/besteffort", "cpu", "cpu.cfs_quota_us") == "-1"
+    [d] = c.decisions.recent(strategy="CPUSuppress")
+    assert d.dry_run
+    assert d.new in ("200000", 200000)
+    assert d.reason == "AdjustBEByNodeCPUUsage"
+
+
+def test_qos_flags() -> None:
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    args = parser.parse_args(
+        [
+            "--reconcile-interval-seconds=2",
+            "--cpu-suppress-interval-seconds=2",
+            "--cpu-evict-interval-seconds=2",
+            "--memory-evict-interval-seconds=2",
+            "--memory-evict-cool-time-seconds=8",
+            "--cpu-evict-cool-time-seconds=40",
+        ]
+    )
+    q = load_config(args, env={}).qos
+    assert (
+        q.reconcile_interval_seconds,
+        q.cpu_suppress_interval_seconds,
+        q.cpu_evict_interval_seconds,
+        q.memory_evict_interval_seconds,
+        q.memory_evict_cool_time_seconds,
+        q.cpu_evict_cool_time_seconds,
+    ) == (2, 2, 2, 2, 8, 40)
