@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import aiohttp
-from _common import machine, median, parser, table
 
+from _common import machine, median, parser, table
 from koordqos.model.pod import parse_pod
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 from koordqos.testing.mock_nri import MockRuntime, sample_container, sample_pod
@@ -189,9 +189,7 @@ def main() -> None:
     def med(key: str) -> float:
         return median([r[key] for r in results])
 
-    print(
-        f"machine: {machine()}; {runs} run(s) of {duration:.0f} s, median; {PODS} pods / {2 * PODS} containers"
-    )
+    print(f"machine: {machine()}; {runs} run(s) of {duration:.0f} s, median; {PODS} pods, {2 * PODS} ctrs")
     print(
         table(
             [

@@ -123,7 +123,7 @@ async def test_static_burst_lands_in_real_cgroup(real: Real) -> None:
 
 
 async def test_kernel_rejects_burst_above_quota_so_bursts_are_capped_at_the_quota(real: Real) -> None:
-    """Upstream kernels refuse burst > quota (EINVAL). Project decision: the refusal is recorded once, and from
+    """Upstream kernels refuse burst > quota (EINVAL). Project decision: the refusal is recorded once; from
     then on every burst is capped at the container's base quota, retried in the same round."""
     for rel in (real.pod_dir, real.ctr_dir):
         real.set_quota(rel, 100_000)
