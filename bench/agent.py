@@ -122,7 +122,8 @@ async def one_run(duration: float, workdir: Path) -> dict[str, float]:
         "json",
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
-    proc = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=asyncio.subprocess.DEVNULL)
+    errlog = open(os.environ.get("BENCH_AGENT_STDERR", os.devnull), "w")  # noqa: SIM115
+    proc = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=errlog)
     result: dict[str, float] = {}
     try:
         await runtime.wait_joined(timeout=60)

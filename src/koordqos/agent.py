@@ -214,6 +214,8 @@ class Agent:
     async def run(self) -> None:
         """Run until `stop()` (or SIGTERM/SIGINT); stop every component within the shutdown timeout."""
         loop = asyncio.get_running_loop()
+        if loop.get_debug():  # PYTHONASYNCIODEBUG=1: name every step that breaks the 10 ms budget
+            loop.slow_callback_duration = 0.01
         if not self.components:
             self.build()
         for sig in (signal.SIGTERM, signal.SIGINT):

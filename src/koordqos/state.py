@@ -22,6 +22,7 @@ from koordqos.events.types import (
     RuntimeSandbox,
     RuntimeSandboxRemoved,
     RuntimeSandboxUpserted,
+    RuntimeSynchronized,
     SourceSynced,
 )
 from koordqos.model.nodeslo import NodeSLO
@@ -104,6 +105,12 @@ def reduce(state: NodeState, event: Event) -> NodeState:
             )
         case RuntimeContainerUpserted(container=ctr):
             new = replace(state, containers=_with(state.containers, ctr.id, ctr))
+        case RuntimeSynchronized(sandboxes=sbs, containers=ctrs):
+            new = replace(
+                state,
+                sandboxes=MappingProxyType({sb.id: sb for sb in sbs}),
+                containers=MappingProxyType({c.id: c for c in ctrs}),
+            )
         case RuntimeContainerRemoved(id=cid):
             new = replace(state, containers=_without(state.containers, cid))
         case _:

@@ -57,3 +57,18 @@ def test_ticks_and_synced_sources_and_slo() -> None:
     slo = NodeSLO()
     assert reduce(s, NodeSLOUpdated(slo)).node_slo is slo
     assert reduce(s, PodDeleted("missing")) is s
+
+
+def test_runtime_synchronized_replaces_the_runtime_view_in_one_step() -> None:
+    from koordqos.events import RuntimeSynchronized
+
+    s = NodeState()
+    s = reduce(s, RuntimeSandboxUpserted(RuntimeSandbox("stale", "u0", "p0", "ns")))
+    s = reduce(s, RuntimeContainerUpserted(RuntimeContainer("stale-c", "stale", "u0", "app")))
+    sbs = tuple(RuntimeSandbox(f"sb{i}", f"u{i}", f"p{i}", "ns") for i in range(1, 4))
+    ctrs = tuple(RuntimeContainer(f"c{i}", f"sb{i}", f"u{i}", "app") for i in range(1, 4))
+    s2 = reduce(s, RuntimeSynchronized(sbs, ctrs))
+    assert set(s2.sandboxes) == {"sb1", "sb2", "sb3"}
+    assert set(s2.containers) == {"c1", "c2", "c3"}
+    assert s2.generation == s.generation + 1
+    assert "stale" in s.sandboxes  # the previous snapshot is untouched

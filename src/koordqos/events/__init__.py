@@ -15,6 +15,7 @@ from koordqos.events.types import (
     RuntimeContainerUpserted,
     RuntimeSandboxRemoved,
     RuntimeSandboxUpserted,
+    RuntimeSynchronized,
     SourceSynced,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "RuntimeContainerUpserted",
     "RuntimeSandboxRemoved",
     "RuntimeSandboxUpserted",
+    "RuntimeSynchronized",
     "SourceSynced",
 ]

@@ -123,6 +123,17 @@ class RuntimeContainerRemoved(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class RuntimeSynchronized(Event):
+    """After an NRI Synchronize: the runtime's sandboxes and containers are exactly these.
+
+    One event instead of one per object keeps a 400-container Synchronize to one state copy.
+    """
+
+    sandboxes: tuple[RuntimeSandbox, ...]
+    containers: tuple[RuntimeContainer, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MetricTick(Event):
     """One metrics-collection round finished; `sample` is the collector's snapshot."""
 

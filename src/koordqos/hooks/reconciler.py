@@ -39,6 +39,7 @@ from koordqos.events.types import (
     RuntimeContainerUpserted,
     RuntimeSandbox,
     RuntimeSandboxUpserted,
+    RuntimeSynchronized,
 )
 from koordqos.hooks.completion import container_writes, kube_qos_writes, pod_writes
 from koordqos.hooks.context import (
@@ -86,6 +87,7 @@ TRIGGERS: tuple[type[Event], ...] = (
     NodeSLOUpdated,
     RuntimeSandboxUpserted,
     RuntimeContainerUpserted,
+    RuntimeSynchronized,
 )
 
 
@@ -121,6 +123,9 @@ def _pod_views(state: NodeState) -> Iterator[_PodView]:
         yield _PodView(uid, None, sb, tuple(ctrs.get(uid, ())))
 
 
+YIELD_EVERY_PODS = 20
+
+
 class HookReconciler:
     """Computes and applies the reconcile intents; a Component when run with a bus."""
 
@@ -137,6 +142,7 @@ class HookReconciler:
         bus: EventBus | None = None,
         interval: float = 10.0,
         proc_root: Path | str = "/proc",
+        settle: float = 0.5,
     ) -> None:
         self.hooks = hooks
         self.layout = layout
@@ -144,6 +150,7 @@ class HookReconciler:
         self.decisions = decisions
         self.bus = bus
         self.interval = interval
+        self.settle = settle
         self.proc_root = Path(proc_root)
         self._wake = asyncio.Event()
         self._trigger = "start"
@@ -182,13 +189,20 @@ class HookReconciler:
                     await self._wake.wait()
             except TimeoutError:
                 pass
+            else:
+                # woken by a change: let a burst of changes (a Synchronize, a re-list, a batch of container
+                # creations) settle into one pass instead of one full pass per event
+                await asyncio.sleep(min(self.settle, self.interval))
 
     # -- one pass ---------------------------------------------------------------------------------
 
     async def reconcile(self, state: NodeState, trigger: str = "manual") -> PassResult:
         """Compute every intent from `state` and apply it."""
         start = time.perf_counter()
-        result = self.compute(state)
+        result = PassResult()
+        for done, _ in enumerate(self._compute_steps(state, result), 1):
+            if done % YIELD_EVERY_PODS == 0:
+                await asyncio.sleep(0)  # keep every step on the loop short at hundreds of pods
         RECONCILE_PASSES.labels(trigger).inc()
         if "GroupIdentity" in result.rules_updated:
             self._init_group_identity_sysctl()
@@ -206,6 +220,12 @@ class HookReconciler:
     def compute(self, state: NodeState) -> PassResult:
         """The intents of one pass (pure apart from listing dangling pod dirs after a bvt rule change)."""
         result = PassResult()
+        for _ in self._compute_steps(state, result):
+            pass
+        return result
+
+    def _compute_steps(self, state: NodeState, result: PassResult) -> Iterator[None]:
+        """Fill `result` with the pass's intents, yielding after each pod so callers can pace the work."""
         self.hooks.refresh_rules(state.node_slo, state.node)
         result.rules_updated = self.hooks.take_updates()
         for kube_qos in (KubeQoS.GUARANTEED, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT):
@@ -221,9 +241,9 @@ class HookReconciler:
                 self._pod(view, result, known_pod_dirs, bvt_changed)
             except (CgroupError, ExtendedResourceSpecError, ValueError) as exc:
                 self._bad_pod(view.uid, exc, result)
+            yield
         if bvt_changed:
             result.writes += self._dangling_bvt(known_pod_dirs)
-        return result
 
     def _bad_pod(self, uid: str, exc: Exception, result: PassResult) -> None:
         result.errors[f"pod/{uid}"] = str(exc)

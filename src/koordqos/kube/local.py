@@ -25,10 +25,12 @@ from koordqos.errors import ModelError
 from koordqos.events.types import (
     NodeUpdated,
     PodDeleted,
+    PodsReplaced,
     PodUpserted,
     RuntimeSandbox,
     RuntimeSandboxRemoved,
     RuntimeSandboxUpserted,
+    RuntimeSynchronized,
     SourceSynced,
 )
 from koordqos.kube.sources import NodeSLOSource
@@ -128,7 +130,9 @@ class LocalSources:
         self._sandbox_uids: dict[str, str] = {}
         self._file_sig: tuple[int, int, int] | None = None
         self._node: NodeInfo | None = None
-        ctx.bus.subscribe("local-pods", self._on_sandbox, RuntimeSandboxUpserted, RuntimeSandboxRemoved)
+        ctx.bus.subscribe(
+            "local-pods", self._on_sandbox, RuntimeSandboxUpserted, RuntimeSandboxRemoved, RuntimeSynchronized
+        )
 
     async def _on_sandbox(self, event: Any, state: NodeState) -> None:
         bus = self.ctx.bus
@@ -140,6 +144,11 @@ class LocalSources:
             uid = self._sandbox_uids.pop(event.id, None)
             if uid is not None:
                 await bus.publish(PodDeleted(uid))
+        elif isinstance(event, RuntimeSynchronized):
+            # the runtime's full view: pods of sandboxes it no longer reports are gone, the rest upserted
+            pods = [pod_from_sandbox(sb, self.ctx.config.node_name) for sb in event.sandboxes]
+            self._sandbox_uids = {sb.id: pod.uid for sb, pod in zip(event.sandboxes, pods, strict=True)}
+            await bus.publish(PodsReplaced(tuple(pods), source="nri"))
 
     async def run(self) -> None:
         """Publish node and NodeSLO, mark every source synced, then poll the file and procfs."""

@@ -45,7 +45,7 @@ ROUND_SECONDS = Histogram(
     registry=obs.REGISTRY,
 )
 
-YIELD_EVERY = 50  # pods per synchronous slice, so one round never holds the loop for long
+YIELD_EVERY = 20  # pods per synchronous slice, so one round never holds the loop for long
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from koordqos.events.types import (
     RuntimeContainerUpserted,
     RuntimeSandboxRemoved,
     RuntimeSandboxUpserted,
+    RuntimeSynchronized,
 )
 from koordqos.nri import metrics as m
 from koordqos.nri.api import nri_api_pb2 as api
@@ -324,18 +325,12 @@ class PluginSession:
     def _replace_state(self, pods: list[api.PodSandbox], containers: list[api.Container]) -> None:
         """Make NodeState's runtime view exactly the synchronized one (stale entries from before go)."""
         uid_of = {p.id: p.uid for p in pods}
-        state = self.bus.state
-        seen_ctrs = {c.id for c in containers}
-        for cid in [c for c in state.containers if c not in seen_ctrs]:
-            self._publish(RuntimeContainerRemoved(cid))
-        for sid in [s for s in state.sandboxes if s not in uid_of]:
-            self._publish(RuntimeSandboxRemoved(sid))
-        for pod in pods:
-            self._publish(RuntimeSandboxUpserted(runtime_sandbox(pod)))
-        for ctr in containers:
-            self._publish(
-                RuntimeContainerUpserted(runtime_container(ctr, uid_of.get(ctr.pod_sandbox_id, "")))
+        self._publish(
+            RuntimeSynchronized(
+                tuple(runtime_sandbox(pod) for pod in pods),
+                tuple(runtime_container(ctr, uid_of.get(ctr.pod_sandbox_id, "")) for ctr in containers),
             )
+        )
 
     async def _shutdown(self, payload: bytes, received: float, timeout_nano: int) -> bytes:
         log.info("NRI runtime announced shutdown")
