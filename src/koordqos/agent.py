@@ -63,6 +63,11 @@ class AgentContext:
     services: dict[str, Any] = field(default_factory=dict)
     components: list[Component] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=dict)  # shown by /readyz and /debug/state
+    shutdown: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def on_shutdown(self, func: Callable[[], Awaitable[None]]) -> None:
+        """Run `func` once after every component stopped (close clients, sockets), within the timeout."""
+        self.shutdown.append(func)
 
     def service(self, name: str) -> Any:
         """A shared service put there by an earlier package (KeyError if absent)."""
@@ -211,6 +216,22 @@ class Agent:
         """Ask the agent to stop (safe from signal handlers)."""
         self._stop.set()
 
+    async def _run_shutdown(self, timeout: float) -> None:
+        """Run the shutdown callbacks (in reverse registration order); failures are logged, never raised."""
+        try:
+            async with asyncio.timeout(timeout):
+                for func in reversed(self.ctx.shutdown):
+                    try:
+                        await func()
+                    except Exception as exc:
+                        log.warning(
+                            "shutdown step failed",
+                            step=getattr(func, "__qualname__", repr(func)),
+                            error=f"{type(exc).__name__}: {exc}",
+                        )
+        except TimeoutError:
+            log.error("shutdown steps did not finish in time", timeout_s=round(timeout, 2))
+
     async def run(self) -> None:
         """Run until `stop()` (or SIGTERM/SIGINT); stop every component within the shutdown timeout."""
         loop = asyncio.get_running_loop()
@@ -234,9 +255,11 @@ class Agent:
                 log.info("stopping", timeout_s=self.config.shutdown_timeout_seconds)
                 for t in tasks:
                     t.cancel()
+                deadline = loop.time() + self.config.shutdown_timeout_seconds
                 _done, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_timeout_seconds)
                 if pending:
                     log.error("components did not stop in time", components=[t.get_name() for t in pending])
+                await self._run_shutdown(max(0.1, deadline - loop.time()))
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -49,3 +49,45 @@ async def test_crash_loop_of_a_component_does_not_stop_the_agent() -> None:
     assert not run.done()
     agent.stop()
     await asyncio.wait_for(run, 5)
+
+
+async def test_shutdown_steps_run_after_components_stop_even_if_one_fails() -> None:
+    cfg = build_config({"server": {"http_addr": "127.0.0.1:0"}, "kube": {"node_name": "n"}})
+    agent = Agent(cfg, setups=[], local_mode=True)
+    agent.build()
+    order: list[str] = []
+    stopped = asyncio.Event()
+
+    async def component() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            order.append("component stopped")
+            stopped.set()
+
+    async def failing_step() -> None:
+        order.append("failing step")
+        raise RuntimeError("close failed")
+
+    async def closing_step() -> None:
+        order.append("close client")
+
+    agent.components.append(FunctionComponent("c", component))
+    agent.ctx.on_shutdown(closing_step)
+    agent.ctx.on_shutdown(failing_step)
+    started = asyncio.Event()
+    agent.components.append(FunctionComponent("started", _set_and_wait(started)))
+    run = asyncio.create_task(agent.run())
+    await asyncio.wait_for(started.wait(), 5)
+    agent.stop()
+    await asyncio.wait_for(run, 5)
+    assert stopped.is_set()
+    assert order == ["component stopped", "failing step", "close client"]
+
+
+def _set_and_wait(event: asyncio.Event):  # type: ignore[no-untyped-def]
+    async def run() -> None:
+        event.set()
+        await asyncio.Event().wait()
+
+    return run

@@ -79,6 +79,7 @@ def setup(ctx: AgentContext) -> list[Component]:
     import kubernetes_asyncio.config  # noqa: F401
 
     conn = KubeConnection(cfg.kube.kubeconfig)
+    ctx.on_shutdown(conn.close)
     recorder = EventRecorder(conn.get, cfg.node_name)
     ctx.services["kube_client"] = conn
     ctx.services["event_recorder"] = recorder
