@@ -79,6 +79,19 @@ class HookSettings(_Group):
     proxy_addr: Path = Path("/var/run/koordlet/koordlet.sock")
     proxy_config_path: Path = Path("/etc/runtime/hookserver.d")
     disable_unset_cpu_quota: bool = False
+    disable_stages: tuple[str, ...] = ()
+
+    @field_validator("disable_stages", mode="before")
+    @classmethod
+    def _stages(cls, v: Any) -> tuple[str, ...]:
+        from koordqos.hooks.context import Stage
+
+        items = [s.strip() for s in v.split(",")] if isinstance(v, str) else list(v or ())
+        names = {s.value for s in Stage}
+        for item in items:
+            if item and item not in names:
+                raise ValueError(f"unknown stage {item!r} (known: {', '.join(s.value for s in Stage)})")
+        return tuple(i for i in items if i)
 
 
 class QoSSettings(_Group):
@@ -208,6 +221,11 @@ FLAGS: tuple[Flag, ...] = (
         "runtime-hooks-config-path",
         "hooks.proxy_config_path",
         "directory of the runtime-proxy registration file",
+    ),
+    Flag(
+        "runtime-hooks-disable-stages",
+        "hooks.disable_stages",
+        "proxy mode: stages left out of the runtime-proxy registration, comma-separated",
     ),
     Flag(
         "disable-unset-cpu-quota",

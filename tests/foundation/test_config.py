@@ -90,6 +90,7 @@ def test_bool_flag_without_value_means_true() -> None:
         (["--feature-gates", "NoSuchGate=true"], "unknown feature gate 'NoSuchGate'"),
         (["--feature-gates", "CPUBurst=maybe"], "CPUBurst: invalid value 'maybe'"),
         (["--dry-run", "perhaps"], "--dry-run: invalid boolean 'perhaps'"),
+        (["--runtime-hooks-disable-stages", "PreCreate"], "hooks.disable_stages: unknown stage 'PreCreate'"),
         (["--collect-interval", "0"], "metrics.collect_interval_seconds: Input should be greater than 0"),
     ],
 )
@@ -111,3 +112,10 @@ def test_feature_gates_all_alpha_and_overrides() -> None:
     assert gates["BECPUSuppress"] == DEFAULT_GATES["BECPUSuppress"]
     with pytest.raises(ConfigError, match="expected Name=true"):
         parse_feature_gates("CPUBurst")
+
+
+def test_disable_stages_flag_is_a_comma_separated_list() -> None:
+    cfg = load_config(
+        parse("--runtime-hooks-disable-stages", "PreCreateContainer, PostStopContainer"), env={}
+    )
+    assert cfg.hooks.disable_stages == ("PreCreateContainer", "PostStopContainer")

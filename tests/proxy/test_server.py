@@ -191,6 +191,13 @@ async def test_registration_file_written_at_start_and_kept_current(short_dir: Pa
     assert not env.sock.exists()  # removed when the agent stopped
 
 
+async def test_disabled_stages_are_left_out_of_the_registration(short_dir: Path) -> None:
+    """--runtime-hooks-disable-stages (koordlet's RuntimeHookDisableStages) narrows what the proxy calls."""
+    async with running_agent(short_dir, hooks_extra={"disable_stages": "PreCreateContainer"}) as env:
+        doc = json.loads((env.config_dir / "koordlet.json").read_text())
+        assert doc["runtime-hooks"] == ["PreRunPodSandbox", "PreUpdateContainerResources"]
+
+
 def test_registration_write_failure_is_counted_not_raised(short_dir: Path) -> None:
     blocker = short_dir / "not-a-dir"
     blocker.write_text("")

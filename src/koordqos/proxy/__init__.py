@@ -21,6 +21,7 @@ def setup(ctx: AgentContext) -> list[Component]:
         ctx.status["proxy"] = "disabled"
         return []
     from koordqos.cgroups.layout import CgroupLayout
+    from koordqos.hooks.context import Stage
     from koordqos.hooks.framework import parse_failure_policy
     from koordqos.hooks.runtime import RuntimeHooks
     from koordqos.proxy.convert import ProxyConverter
@@ -36,7 +37,9 @@ def setup(ctx: AgentContext) -> list[Component]:
     service = RuntimeHookService(ctx.bus, ProxyConverter(layout), policy)
     registration = RegistrationFile(
         cfg.proxy_config_path,
-        render_registration(str(cfg.proxy_addr), policy, proxy_stages(hooks.registry)),
+        render_registration(
+            str(cfg.proxy_addr), policy, proxy_stages(hooks.registry, {Stage(s) for s in cfg.disable_stages})
+        ),
     )
     server = ProxyServer(
         service,
