@@ -103,6 +103,28 @@ class QoSSettings(_Group):
     memory_evict_interval_seconds: float = 1.0
     memory_evict_cool_time_seconds: float = 4.0
     cpu_evict_cool_time_seconds: float = 20.0
+    # koordlet's OnlyEvictByAPI; koordqos always evicts through the Eviction API (PDBs, grace periods), so
+    # the value is accepted for compatibility and reported, not a switch to killing containers.
+    only_evict_by_api: bool = False
+    extension_plugins: dict[str, bool] = Field(default_factory=dict)
+
+    @field_validator("extension_plugins", mode="before")
+    @classmethod
+    def _plugins(cls, v: Any) -> dict[str, bool]:
+        """Parse koordlet's --qos-extension-plugins `name=true,other=false`; a bad entry is an error."""
+        if not isinstance(v, str):
+            return dict(v or {})
+        out: dict[str, bool] = {}
+        for part in v.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            name, sep, raw = part.partition("=")
+            value = raw.strip().lower()
+            if not sep or not name.strip() or value not in ("true", "false"):
+                raise ValueError(f"invalid entry {part!r}: expected name=true|false")
+            out[name.strip()] = value == "true"
+        return out
 
 
 class MetricsSettings(_Group):
@@ -246,6 +268,13 @@ FLAGS: tuple[Flag, ...] = (
         float,
     ),
     Flag("cpu-evict-cool-time-seconds", "qos.cpu_evict_cool_time_seconds", "CPU evict cool-down", float),
+    Flag(
+        "only-evict-by-api",
+        "qos.only_evict_by_api",
+        "koordlet compatibility: koordqos always evicts through the Eviction API",
+        bool,
+    ),
+    Flag("qos-extension-plugins", "qos.extension_plugins", "QoS extension plugin gates, e.g. name=true"),
     Flag(
         "collect-interval", "metrics.collect_interval_seconds", "metrics collection period in seconds", float
     ),

@@ -59,8 +59,12 @@ def test_koordlet_interval_flags_are_taken_as_given() -> None:
         "--memory-evict-interval-seconds=2",
         "--memory-evict-cool-time-seconds=8",
         "--cpu-evict-cool-time-seconds=40",
+        "--qos-extension-plugins=test-plugin=true",
+        "--only-evict-by-api=false",
     )
     q = load_config(args, env={}).qos
+    assert q.extension_plugins == {"test-plugin": True}
+    assert q.only_evict_by_api is False
     assert (q.reconcile_interval_seconds, q.cpu_suppress_interval_seconds, q.cpu_evict_interval_seconds) == (
         2,
         2,
@@ -91,6 +95,7 @@ def test_bool_flag_without_value_means_true() -> None:
         (["--feature-gates", "CPUBurst=maybe"], "CPUBurst: invalid value 'maybe'"),
         (["--dry-run", "perhaps"], "--dry-run: invalid boolean 'perhaps'"),
         (["--runtime-hooks-disable-stages", "PreCreate"], "hooks.disable_stages: unknown stage 'PreCreate'"),
+        (["--qos-extension-plugins", "test-plugin"], "qos.extension_plugins: invalid entry 'test-plugin'"),
         (["--collect-interval", "0"], "metrics.collect_interval_seconds: Input should be greater than 0"),
     ],
 )
