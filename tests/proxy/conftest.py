@@ -142,6 +142,7 @@ async def running_agent(
     proxy: bool = True,
     nri: bool = False,
     hooks_extra: dict[str, Any] | None = None,
+    dry_run: bool = False,
 ) -> AsyncIterator[AgentEnv]:
     """An agent on a synthetic node under `base`, serving proxy mode and/or NRI (to a mock runtime)."""
     node = SyntheticNode(base / "node", version, CgroupDriver.CGROUPFS, extensions=("cpu.bvt_warp_ns",))
@@ -171,6 +172,7 @@ async def running_agent(
             "hooks": hooks_cfg,
             "executor": {"resource_force_update_seconds": 0},
             "kube": {"node_name": "n1"},
+            "dry_run": dry_run,
         }
     )
     setups = [("cgroups", cgroups_setup), ("kube", kube_setup), ("hooks", hooks_setup)]

@@ -237,3 +237,25 @@ async def test_bad_extended_resource_spec_is_served_without_batch_values(short_d
         # as koordlet: the annotation is ignored (logged, counted), the request still answered
         assert resp.container_resources.cpu_quota == 0
         assert resp.container_resources.cpu_shares == 2
+
+
+async def test_dry_run_returns_the_request_unchanged_and_records_what_would_change(short_dir: Path) -> None:
+    async with running_agent(short_dir, dry_run=True) as env:
+        assert env.stub is not None
+        pod = be_pod()
+        pod_dir = env.node.layout.normalize_parent(pod.cgroup_parent)
+        env.node.make_cgroup(pod_dir)
+        before = pod_cgroup_values(env, pod_dir)
+        presp = await env.stub.PreRunPodSandboxHook(pod_request(pod))
+        assert presp is not None
+        assert (presp.resources.cpu_quota, presp.resources.cpu_shares) == (0, 0)  # as sent: nothing set
+        kubelet = rpb.LinuxContainerResources(cpu_shares=2, cpuset_cpus="0-3")
+        resp = await env.stub.PreCreateContainerHook(container_request(pod, resources=kubelet))
+        assert resp is not None
+        res = resp.container_resources
+        assert (res.cpu_quota, res.cpu_shares, res.cpuset_cpus) == (0, 2, "0-3")  # the kubelet's values
+        assert pod_cgroup_values(env, pod_dir) == before  # and no cgroup write
+        recorded = [d for d in env.agent.decisions.recent() if d.action == "proxy-adjust"]
+        assert len(recorded) == 2
+        assert all(d.dry_run for d in recorded)
+        assert "200000" in str(recorded[-1].new)  # the decision shows what would have been set

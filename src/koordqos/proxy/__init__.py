@@ -34,7 +34,7 @@ def setup(ctx: AgentContext) -> list[Component]:
     layout: CgroupLayout = ctx.service("cgroup_layout")
     policy = parse_failure_policy(cfg.failure_policy)
     ProxyHooks(hooks, ctx.services.get("executor"), policy).register(ctx.bus)
-    service = RuntimeHookService(ctx.bus, ProxyConverter(layout), policy)
+    service = RuntimeHookService(ctx.bus, ProxyConverter(layout), policy, decisions=ctx.decisions)
     registration = RegistrationFile(
         cfg.proxy_config_path,
         render_registration(

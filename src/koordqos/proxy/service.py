@@ -26,6 +26,7 @@ from koordqos.errors import HookError, TimeoutException
 from koordqos.events.bus import EventBus
 from koordqos.hooks.context import ContainerContext, PodContext, Stage
 from koordqos.hooks.framework import FailurePolicy
+from koordqos.nri.convert import STRATEGY
 from koordqos.nri.plugin import hook_deadline
 from koordqos.proxy import metrics as m
 from koordqos.proxy.api import runtime_api_pb2 as rpb
@@ -35,6 +36,8 @@ from koordqos.proxy.events import ProxyContainerHook, ProxyPodHook
 
 if TYPE_CHECKING:
     from grpclib.server import Stream
+
+    from koordqos.decisions import DecisionLog
 
 log = structlog.get_logger("koordqos.proxy")
 
@@ -56,6 +59,7 @@ RPC_STAGES = frozenset(POD_RPCS.values()) | frozenset(CONTAINER_RPCS.values())
 
 Req = TypeVar("Req")
 T = TypeVar("T")
+C = TypeVar("C", PodContext, ContainerContext)
 
 
 class _Reply(Exception):
@@ -77,10 +81,12 @@ class RuntimeHookService(RuntimeHookServiceBase):
         converter: ProxyConverter,
         policy: FailurePolicy = "Ignore",
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        decisions: DecisionLog | None = None,
     ) -> None:
         self.bus = bus
         self.converter = converter
         self.policy = policy
+        self.decisions = decisions
         self.request_timeout = request_timeout
         self.timings: dict[str, list[float]] | None = None  # set by benchmarks
 
@@ -146,6 +152,7 @@ class RuntimeHookService(RuntimeHookServiceBase):
             except Exception as exc:
                 outcome = self._internal_error(method, exc)
                 ctx = None
+            ctx = self._unless_dry_run(ctx, method, f"{req.pod_meta.namespace}/{req.pod_meta.name}")
             await stream.send_message(pod_response(req, ctx))
         except _Reply as reply:
             outcome = reply.outcome
@@ -173,12 +180,30 @@ class RuntimeHookService(RuntimeHookServiceBase):
             except Exception as exc:
                 outcome = self._internal_error(method, exc)
                 ctx = None
+            target = f"{req.pod_meta.namespace}/{req.pod_meta.name}/{req.container_meta.name}"
+            ctx = self._unless_dry_run(ctx, method, target)
             await stream.send_message(container_response(req, ctx))
         except _Reply as reply:
             outcome = reply.outcome
             raise GRPCError(reply.status, reply.message) from None
         finally:
             self._observe(method, outcome, received)
+
+    def _unless_dry_run(self, ctx: C | None, method: str, target: str) -> C | None:
+        """In --dry-run the proxy gets its request back unchanged; a decision records what would change."""
+        if ctx is None or self.decisions is None or not self.decisions.dry_run:
+            return ctx
+        self.decisions.record(
+            STRATEGY,
+            target,
+            "proxy-adjust",
+            None,
+            repr(ctx.response.resources),
+            method,
+            dry_run=True,
+            quiet=True,
+        )
+        return None
 
     async def _recv(self, stream: Stream[Req, Any], method: str) -> Req:
         try:
