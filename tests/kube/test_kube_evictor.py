@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from koordqos import observability as obs
@@ -70,6 +72,37 @@ async def test_same_pod_is_never_evicted_twice(fake: FakeAPIServer, conn: KubeCo
         assert await ev.evict(pod, REASON, MESSAGE, "MemoryEvict") is True
     assert len(fake.evictions) == 1
     assert len(fake.events) == 1
+
+
+async def test_concurrent_evictions_of_one_pod_call_the_api_once(
+    fake: FakeAPIServer, conn: KubeConnection
+) -> None:
+    """CPUEvict and MemoryEvict run on separate tasks: both may pick the same pod in the same moment."""
+    ev = api_evictor(fake, conn, DecisionLog())
+    pod = seeded_pod(fake)
+    results = await asyncio.gather(
+        ev.evict(pod, REASON, MESSAGE, "CPUEvict"),
+        ev.evict(pod, REASON, MESSAGE, "MemoryEvict"),
+        ev.evict(pod, REASON, MESSAGE, "MemoryEvict"),
+    )
+    assert results == [True, True, True]
+    assert len(fake.evictions) == 1
+    assert [e["reason"] for e in fake.events] == ["evictPodSuccess"]
+
+
+async def test_concurrent_callers_see_a_failure_and_retry_later(
+    fake: FakeAPIServer, conn: KubeConnection
+) -> None:
+    ev = api_evictor(fake, conn, DecisionLog())
+    pod = seeded_pod(fake)
+    fake.block_eviction("default", "p1")
+    results = await asyncio.gather(
+        ev.evict(pod, REASON, MESSAGE, "CPUEvict"), ev.evict(pod, REASON, MESSAGE, "MemoryEvict")
+    )
+    assert results == [False, False]
+    assert len(fake.evictions) == 1
+    fake.block_eviction("default", "p1", blocked=False)
+    assert await ev.evict(pod, REASON, MESSAGE, "MemoryEvict") is True
 
 
 async def test_pdb_429_is_a_failure_and_is_retried_later(fake: FakeAPIServer, conn: KubeConnection) -> None:

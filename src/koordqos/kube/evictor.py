@@ -136,15 +136,37 @@ class Evictor:
         self.limiter = TokenBucket(qps)
         self.evicted = EvictedCache(ttl)
         self._recording = client is not None and not dry_run
+        # uid → the eviction under way: CPUEvict and MemoryEvict run on separate tasks, and both may pick the
+        # same pod while the first call waits for the rate limiter or the API server
+        self._in_flight: dict[str, asyncio.Future[bool]] = {}
 
     def is_evicted(self, pod: PodInfo) -> bool:
         """The pod's UID was evicted within the cache TTL."""
         return pod.uid in self.evicted
 
     async def evict(self, pod: PodInfo, reason: str, message: str, strategy: str) -> bool:
-        """Evict `pod` once; True if evicted now or already within the TTL."""
+        """Evict `pod` once; True if evicted now or already within the TTL.
+
+        A second call for a pod whose eviction is still under way waits for that one's result instead of
+        calling the API again.
+        """
         if pod.uid in self.evicted:
             return True
+        pending = self._in_flight.get(pod.uid)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._in_flight[pod.uid] = fut
+        ok = False
+        try:
+            ok = await self._evict(pod, reason, message, strategy)
+            return ok
+        finally:
+            # waiters see False when the first call failed or was cancelled, and try again next round
+            del self._in_flight[pod.uid]
+            fut.set_result(ok)
+
+    async def _evict(self, pod: PodInfo, reason: str, message: str, strategy: str) -> bool:
         target = pod.key
         if not self._recording:
             why = "dry-run" if self.dry_run else "local mode: evictions are logged only"
