@@ -83,7 +83,8 @@ class DecisionLog:
 
     def recent(self, limit: int | None = None, strategy: str | None = None) -> list[Decision]:
         """Newest-last decisions, optionally filtered by strategy."""
-        items: Iterable[Decision] = self._ring
+        # a snapshot first: worker threads (oom_score_adj, core-sched cookies) append while HTTP reads
+        items: Iterable[Decision] = list(self._ring)
         if strategy:
             items = [d for d in items if d.strategy == strategy]
         out = list(items)

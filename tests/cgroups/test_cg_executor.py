@@ -302,3 +302,32 @@ def test_read_helpers(node: SyntheticNode) -> None:
     assert ex.read_value(rel, "cpuset.cpus") == ("0-3" if node.version is CgroupVersion.V1 else "")
     assert ex.read_value(f"{rel}/gone", "cpu.shares") is None
     assert ex.read(f"{rel}/gone", "cpu.shares") is None
+
+
+async def test_large_batches_yield_to_the_loop(node: SyntheticNode) -> None:
+    """Cached or unchanged intents never await anything: a big batch must still give the loop a turn."""
+    import asyncio
+
+    ex, _, _ = make(node)
+    rel = node.layout.qos_dirs()[2]
+    writes = [CgroupWrite(rel, "cpu.shares", 1024, Level.QOS)] * 450
+    await ex.apply("s", writes[:1])  # now cached: the rest are no-ops that would never await
+    turns = 0
+
+    async def other_task() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other_task())
+    await asyncio.sleep(0)
+    start = turns
+    results = await ex.apply("s", writes)
+    during_apply = turns - start
+    await ex.apply_sequential("s", writes)
+    during_sequential = turns - start - during_apply
+    task.cancel()
+    assert {r.outcome for r in results} == {Outcome.CACHED}
+    assert during_apply >= 4  # 450 intents, a turn every 100
+    assert during_sequential >= 4

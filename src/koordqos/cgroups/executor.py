@@ -46,6 +46,10 @@ from koordqos.errors import CgroupError, PathEscapeError
 
 log = structlog.get_logger("koordqos.cgroups.executor")
 
+# Intents applied between yields to the loop: unchanged or cached intents never await anything, and a
+# 200-pod reconcile pass is ~1,800 of them (~30 ms in one step otherwise).
+YIELD_EVERY_INTENTS = 100
+
 CGROUP_WRITES = Counter(
     "koordqos_cgroup_writes_total",
     "Cgroup write intents by resource and outcome",
@@ -165,7 +169,9 @@ class CgroupExecutor:
         results: list[WriteResult | None] = [None] * len(writes)
         order = sorted(range(len(writes)), key=lambda i: writes[i].level)
         deferred: list[int] = []
-        for i in order:  # pass 1: top → bottom
+        for step, i in enumerate(order, 1):  # pass 1: top → bottom
+            if step % YIELD_EVERY_INTENTS == 0:
+                await asyncio.sleep(0)
             w = writes[i]
             res = self._resource(w)
             if res is None or res.merge is Merge.NONE:
@@ -176,7 +182,9 @@ class CgroupExecutor:
                 results[i] = early
             else:
                 deferred.append(i)
-        for i in sorted(deferred, key=lambda i: writes[i].level, reverse=True):  # pass 2: bottom → top
+        for step, i in enumerate(sorted(deferred, key=lambda i: writes[i].level, reverse=True), 1):
+            if step % YIELD_EVERY_INTENTS == 0:  # pass 2: bottom → top
+                await asyncio.sleep(0)
             results[i] = await self._write(strategy, reason, writes[i])
         return [r for r in results if r is not None]
 
@@ -184,7 +192,12 @@ class CgroupExecutor:
         self, strategy: str, writes: Sequence[CgroupWrite], reason: str = ""
     ) -> list[WriteResult]:
         """Apply intents exactly in the given order, without the leveled merge pass."""
-        return [await self._write(strategy, reason, w) for w in writes]
+        out = []
+        for step, w in enumerate(writes, 1):
+            if step % YIELD_EVERY_INTENTS == 0:
+                await asyncio.sleep(0)
+            out.append(await self._write(strategy, reason, w))
+        return out
 
     async def update(self, strategy: str, write: CgroupWrite, reason: str = "") -> WriteResult:
         """Apply a single intent."""
