@@ -315,3 +315,37 @@ async def test_missing_node_keeps_the_source_unsynced_until_it_appears(
         assert "node" not in bus.state.synced
         fake.upsert("nodes", make_node(NODE))
         await s.synced()
+
+
+async def test_malformed_objects_are_skipped_counted_and_the_source_keeps_going() -> None:
+    from koordqos.events.types import PodUpserted
+    from koordqos.kube.watch import WatchEvent
+
+    bus = EventBus()
+    seen: list[object] = []
+    bus.subscribe("t", lambda e, s: seen.append(e), PodsReplaced, PodUpserted, NodeUpdated)
+    runner = asyncio.create_task(bus.run())
+    before = obs.REGISTRY.get_sample_value(
+        "koordqos_errors_total", {"component": "kube", "kind": "malformed-pod"}
+    )
+    pods = PodSource(bus, NODE)
+    good = make_pod("good", NODE, uid="u-good")
+    bad_meta = {"metadata": ["not", "a", "mapping"], "spec": {}}
+    bad_labels = make_pod("bad", NODE, uid="u-bad")
+    bad_labels["metadata"]["labels"] = ["x"]
+    await pods.on_list([good, bad_meta, "garbage", bad_labels])  # type: ignore[list-item]
+    await pods.on_event(WatchEvent("MODIFIED", {"metadata": 5}))
+    await pods.on_event(WatchEvent("ADDED", make_pod("later", NODE, uid="u-later")))
+    nodes = NodeSource(bus, NODE)
+    await nodes.on_event(WatchEvent("MODIFIED", {"metadata": {"name": NODE}, "status": ["broken"]}))
+    await bus.drained()
+    runner.cancel()
+    replaced = [e for e in seen if isinstance(e, PodsReplaced)]
+    # unusable objects are skipped; a pod with a malformed part is kept without that part
+    assert [p.uid for p in replaced[0].pods] == ["u-good", "u-bad"]
+    assert dict(replaced[0].pods[1].labels) == {}
+    assert [e.pod.uid for e in seen if isinstance(e, PodUpserted)] == ["u-later"]
+    after = obs.REGISTRY.get_sample_value(
+        "koordqos_errors_total", {"component": "kube", "kind": "malformed-pod"}
+    )
+    assert (after or 0) - (before or 0) >= 2  # "garbage" and the list-shaped metadata at least

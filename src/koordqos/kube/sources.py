@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 from prometheus_client import Counter
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from koordqos.events.bus import EventBus
 
 log = structlog.get_logger("koordqos.kube.sources")
+T = TypeVar("T")
 
 NODESLO_INVALID = Counter(
     "koordqos_nodeslo_invalid_total",
@@ -50,9 +52,41 @@ NODESLOS_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
 PARSE_BATCH = 25  # pods parsed between yields to the loop during a re-list (~25-50 µs each)
 
 
-def _uid(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("uid", ""))
+def _meta(obj: Any) -> Mapping[str, Any]:
+    """The object's metadata, or {} when the object or its metadata is not a mapping."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _uid(obj: Any) -> str:
+    return str(_meta(obj).get("uid", ""))
+
+
+_malformed_seen: set[str] = set()
+
+
+def _parse(parse: Callable[[Any], T], raw: Any, kind: str) -> T | None:
+    """Parse one API object; a malformed one is counted, logged once (per object) and skipped."""
+    try:
+        if not isinstance(raw, Mapping):
+            raise TypeError(f"expected an object, got {type(raw).__name__}")
+        return parse(raw)
+    except Exception as exc:  # any shape the parser did not expect: skip the object, keep the watch
+        obs.ERRORS.labels("kube", f"malformed-{kind}").inc()
+        meta = _meta(raw)
+        key = f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}/{type(exc).__name__}"
+        if key not in _malformed_seen:
+            if len(_malformed_seen) > 4096:
+                _malformed_seen.clear()
+            _malformed_seen.add(key)
+            log.warning(
+                "malformed object skipped",
+                kind=kind,
+                name=str(meta.get("name", "")),
+                namespace=str(meta.get("namespace", "")),
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        return None
 
 
 class PodSource:
@@ -70,8 +104,8 @@ class PodSource:
         for i, raw in enumerate(items):
             if i and i % PARSE_BATCH == 0:
                 await asyncio.sleep(0)
-            pod = parse_pod(raw)
-            if pod.uid and self._mine(pod):
+            pod = _parse(parse_pod, raw, "pod")
+            if pod is not None and pod.uid and self._mine(pod):
                 pods.append(pod)
         listed = {p.uid: p.resource_version for p in pods}
         if listed != self.known or not self._synced:
@@ -93,7 +127,9 @@ class PodSource:
             if self.known.pop(uid, None) is not None:
                 await self.bus.publish(PodDeleted(uid))
             return
-        pod = parse_pod(event.object)
+        pod = _parse(parse_pod, event.object, "pod")
+        if pod is None:
+            return
         if not self._mine(pod):
             # moved off this node (or a server that ignores the field selector)
             if self.known.pop(uid, None) is not None:
@@ -123,14 +159,14 @@ class NodeSource:
     async def on_list(self, items: list[dict[str, Any]]) -> None:
         """Publish the node if listed; a missing Node is logged and keeps the agent not ready."""
         for raw in items:
-            if (raw.get("metadata") or {}).get("name") == self.node_name:
+            if _meta(raw).get("name") == self.node_name:
                 await self._apply(raw)
                 return
         log.warning("Node object not found; waiting for it", node=self.node_name)
 
     async def on_event(self, event: WatchEvent) -> None:
         """ADDED/MODIFIED → NodeUpdated when it changed; DELETED is logged (the last view is kept)."""
-        if (event.object.get("metadata") or {}).get("name") != self.node_name:
+        if _meta(event.object).get("name") != self.node_name:
             return
         if event.type == "DELETED":
             log.warning("Node object deleted; keeping the last view", node=self.node_name)
@@ -141,7 +177,9 @@ class NodeSource:
         """Nodes are always served."""
 
     async def _apply(self, raw: dict[str, Any]) -> None:
-        node = parse_node(raw)
+        node = _parse(parse_node, raw, "node")
+        if node is None:
+            return
         if self.current is None or _node_key(node) != _node_key(self.current):
             self.current = node
             await self.bus.publish(NodeUpdated(node))
@@ -173,14 +211,14 @@ class NodeSLOSource:
     async def on_list(self, items: list[dict[str, Any]]) -> None:
         """The object if listed, else the defaults."""
         for raw in items:
-            if (raw.get("metadata") or {}).get("name") == self.node_name:
+            if _meta(raw).get("name") == self.node_name:
                 await self.apply(raw)
                 return
         await self.apply_default("no NodeSLO object for this node")
 
     async def on_event(self, event: WatchEvent) -> None:
         """ADDED/MODIFIED → apply; DELETED → defaults."""
-        if (event.object.get("metadata") or {}).get("name") != self.node_name:
+        if _meta(event.object).get("name") != self.node_name:
             return
         if event.type == "DELETED":
             await self.apply_default("NodeSLO deleted")
@@ -205,7 +243,7 @@ class NodeSLOSource:
             self.last_error = str(exc)
             NODESLO_INVALID.labels(self.source).inc()
             obs.ERRORS.labels("nodeslo", "invalid").inc()
-            meta = raw.get("metadata") or {}
+            meta = _meta(raw)
             log.error(
                 "invalid NodeSLO; keeping the last good one",
                 node=self.node_name,
