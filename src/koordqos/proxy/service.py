@@ -60,6 +60,7 @@ RPC_STAGES = frozenset(POD_RPCS.values()) | frozenset(CONTAINER_RPCS.values())
 Req = TypeVar("Req")
 T = TypeVar("T")
 C = TypeVar("C", PodContext, ContainerContext)
+_INVALID_SEEN: set[str] = set()
 
 
 class _Reply(Exception):
@@ -222,7 +223,14 @@ class RuntimeHookService(RuntimeHookServiceBase):
 
     @staticmethod
     def _invalid(method: str, message: str) -> _Reply:
-        log.warning("invalid runtime hook request", method=method, error=message)
+        # counted per request (by _observe); logged once per distinct problem so a misbehaving caller
+        # cannot flood the log
+        key = f"{method}:{message}"
+        if key not in _INVALID_SEEN:
+            if len(_INVALID_SEEN) >= 1024:
+                _INVALID_SEEN.clear()
+            _INVALID_SEEN.add(key)
+            log.warning("invalid runtime hook request", method=method, error=message)
         return _Reply(Status.INVALID_ARGUMENT, message, "invalid_argument")
 
     def _internal_error(self, method: str, exc: Exception) -> str:
