@@ -92,6 +92,12 @@ class RuntimeContainer:
     cgroups_path: str = ""
     pid: int = 0
     state: str = ""
+    # Linux resources the runtime holds for the container (0 = not set): local mode derives the
+    # container's requests and limits from them
+    cpu_shares: int = 0
+    cpu_quota: int = 0  # µs per period; -1 unlimited
+    cpu_period: int = 0  # µs
+    memory_limit: int = 0  # bytes; -1 unlimited
 
 
 @dataclass(frozen=True, slots=True)

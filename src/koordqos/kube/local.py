@@ -2,7 +2,13 @@
 
 * Pods: every `RuntimeSandboxUpserted` on the bus becomes a `PodUpserted` (source "nri"; the sandbox labels
   and annotations carry the Koordinator QoS class, the cgroup parent the Kubernetes QoS class);
-  `RuntimeSandboxRemoved` becomes `PodDeleted`.
+  `RuntimeSandboxRemoved` becomes `PodDeleted`; `RuntimeSynchronized` becomes one `PodsReplaced`.
+* Containers: the runtime's containers of a sandbox (NodeState.containers) become the pod's `containers`
+  (`ContainerInfo` with id `<runtime>://<id>`, state, requests/limits from the Linux resources the runtime
+  holds), so local pods are measured and handled per container like API pods. Container changes
+  (`RuntimeContainerUpserted` / `RuntimeContainerRemoved`) mark the pod dirty; dirty pods are rebuilt and
+  republished once per `coalesce_seconds` (a starting pod sends ~3 events per container) and only when
+  their containers changed.
 * NodeSLO: `--nodeslo-file` (YAML or JSON, a NodeSLO object or a bare spec) polled for changes every
   `poll_seconds` (mtime/size/inode, cheap); invalid content keeps the last good NodeSLO; no file → defaults.
 * Node: online CPUs (`cpuN` lines of ${PROC_ROOT}/stat) and MemTotal (${PROC_ROOT}/meminfo), re-read every
@@ -14,19 +20,26 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 import yaml
+from prometheus_client import Counter
 
 from koordqos import observability as obs
-from koordqos.errors import ModelError
+from koordqos.cgroups.layout import RUNTIME_SCOPE_PREFIX, CgroupLayout, kube_qos_of_parent
+from koordqos.errors import CgroupError, ModelError
 from koordqos.events.types import (
     NodeUpdated,
+    NRIConnectionChanged,
     PodDeleted,
     PodsReplaced,
     PodUpserted,
+    RuntimeContainer,
+    RuntimeContainerRemoved,
+    RuntimeContainerUpserted,
     RuntimeSandbox,
     RuntimeSandboxRemoved,
     RuntimeSandboxUpserted,
@@ -35,7 +48,7 @@ from koordqos.events.types import (
 )
 from koordqos.kube.sources import NodeSLOSource
 from koordqos.model.node import NodeInfo
-from koordqos.model.pod import KubeQoS, PodInfo
+from koordqos.model.pod import ContainerInfo, KubeQoS, PodInfo
 
 if TYPE_CHECKING:
     from koordqos.agent import AgentContext
@@ -44,21 +57,119 @@ if TYPE_CHECKING:
 log = structlog.get_logger("koordqos.kube.local")
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
+MIN_SHARES = 2  # kubelet's cpu.shares for "no cpu request"
+YIELD_EVERY = 100  # pods built per loop step
+
+CGROUP_MISMATCH = Counter(
+    "koordqos_local_cgroup_mismatch_total",
+    "Local-mode pods or containers whose runtime cgroup differs from the dir the agent derives",
+    ["level"],
+    registry=obs.REGISTRY,
+)
+
+_RUNTIME_OF_SCOPE = {scope: runtime for runtime, scope in RUNTIME_SCOPE_PREFIX.items()}
+# NRI container state → pod-status container state
+_STATE = {"running": "running", "paused": "running", "created": "waiting", "stopped": "terminated"}
+_STATE_RANK = {"running": 0, "waiting": 1, "": 2, "terminated": 3}
 
 
 def kube_qos_from_cgroup_parent(parent: str) -> KubeQoS:
     """The Kubernetes QoS class encoded in a pod cgroup parent (systemd or cgroupfs driver)."""
-    low = parent.lower()
-    if "besteffort" in low:
-        return KubeQoS.BESTEFFORT
-    if "burstable" in low:
-        return KubeQoS.BURSTABLE
-    return KubeQoS.GUARANTEED
+    return kube_qos_of_parent(parent.lower())
 
 
-def pod_from_sandbox(sandbox: RuntimeSandbox, node_name: str) -> PodInfo:
-    """A PodInfo for an NRI pod sandbox (no container resources are known in local mode)."""
+def runtime_of_name(runtime_name: str) -> str:
+    """The container-id prefix of an NRI runtime name ("containerd", "cri-o", …; containerd if unknown)."""
+    low = runtime_name.lower()
+    if "crio" in low or "cri-o" in low:
+        return "cri-o"
+    for runtime in ("docker", "pouch"):
+        if runtime in low:
+            return runtime
+    return "containerd"
+
+
+def runtime_of_container(ctr: RuntimeContainer, runtime_name: str = "") -> str:
+    """The runtime of a container: the scope prefix of its cgroups path when it has one, else the name."""
+    path = ctr.cgroups_path
+    if path.count(":") == 2:  # systemd "kubepods-…slice:cri-containerd:<id>"
+        found = _RUNTIME_OF_SCOPE.get(path.split(":")[1])
+        if found is not None:
+            return found
+    leaf = path.rstrip("/").rpartition("/")[2]
+    for scope, runtime in _RUNTIME_OF_SCOPE.items():
+        if leaf.startswith(scope + "-"):  # "cri-containerd-<id>.scope", "crio-<id>"
+            return runtime
+    return runtime_of_name(runtime_name)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def container_resources(ctr: RuntimeContainer, kube_qos: KubeQoS) -> tuple[dict[str, int], dict[str, int]]:
+    """(requests, limits) from the runtime's Linux resources, inverting kubelet's conversions.
+
+    cpu request = shares × 1000 / 1024 (shares 2 = none), cpu limit = quota × 1000 / period, memory
+    limit as is; Guaranteed pods request what they limit; BestEffort pods have neither (by definition, and
+    their shares/quota are the agent's own batch adjustments).
+    """
+    if kube_qos is KubeQoS.BESTEFFORT:
+        return {}, {}
+    requests: dict[str, int] = {}
+    limits: dict[str, int] = {}
+    if ctr.cpu_shares > MIN_SHARES:
+        requests["cpu"] = _ceil_div(ctr.cpu_shares * 1000, 1024)
+    if ctr.cpu_quota > 0 and ctr.cpu_period > 0:
+        limits["cpu"] = _ceil_div(ctr.cpu_quota * 1000, ctr.cpu_period)
+    if ctr.memory_limit > 0:
+        limits["memory"] = ctr.memory_limit
+    if kube_qos is KubeQoS.GUARANTEED:
+        requests.update(limits)
+    return requests, limits
+
+
+def container_from_runtime(ctr: RuntimeContainer, kube_qos: KubeQoS, runtime_name: str = "") -> ContainerInfo:
+    """A pod-status-like ContainerInfo for a runtime container."""
+    requests, limits = container_resources(ctr, kube_qos)
+    return ContainerInfo(
+        name=ctr.name,
+        container_id=f"{runtime_of_container(ctr, runtime_name)}://{ctr.id}",
+        requests=requests,
+        limits=limits,
+        state=_STATE.get(ctr.state, ""),
+    )
+
+
+def pod_containers(
+    containers: Iterable[RuntimeContainer], kube_qos: KubeQoS, runtime_name: str = ""
+) -> tuple[ContainerInfo, ...]:
+    """One ContainerInfo per container name, sorted by name; a restarted container's live instance wins
+    over the stopped one (the pod status shows the current instance only)."""
+    best: dict[str, ContainerInfo] = {}
+    for ctr in sorted(containers, key=lambda c: c.id):
+        info = container_from_runtime(ctr, kube_qos, runtime_name)
+        old = best.get(info.name)
+        if old is None or _STATE_RANK[info.state] < _STATE_RANK[old.state]:
+            best[info.name] = info
+    return tuple(best[name] for name in sorted(best))
+
+
+def pod_from_sandbox(
+    sandbox: RuntimeSandbox,
+    node_name: str,
+    containers: Iterable[RuntimeContainer] = (),
+    runtime_name: str = "",
+) -> PodInfo:
+    """A PodInfo for an NRI pod sandbox and its runtime containers.
+
+    The Kubernetes QoS class comes from the sandbox's cgroup parent (or, when the runtime gave none, from a
+    container's cgroups path), so the pod's cgroup dir is the one the runtime uses.
+    """
+    ctrs = list(containers)
     uid = sandbox.uid or sandbox.labels.get(POD_UID_LABEL, "") or sandbox.id
+    parent = sandbox.cgroup_parent or next((c.cgroups_path for c in ctrs if c.cgroups_path), "")
+    kube_qos = kube_qos_from_cgroup_parent(parent)
     return PodInfo(
         uid=uid,
         namespace=sandbox.namespace,
@@ -67,9 +178,22 @@ def pod_from_sandbox(sandbox: RuntimeSandbox, node_name: str) -> PodInfo:
         labels=dict(sandbox.labels),
         annotations=dict(sandbox.annotations),
         phase="Running",
-        kube_qos=kube_qos_from_cgroup_parent(sandbox.cgroup_parent),
+        kube_qos=kube_qos,
+        containers=pod_containers(ctrs, kube_qos, runtime_name),
         source="nri",
     )
+
+
+def containers_by_sandbox(
+    containers: Iterable[RuntimeContainer], wanted: Iterable[str] | None = None
+) -> dict[str, list[RuntimeContainer]]:
+    """Group runtime containers by sandbox id (only the `wanted` sandboxes when given)."""
+    keep = None if wanted is None else set(wanted)
+    out: dict[str, list[RuntimeContainer]] = {}
+    for c in containers:
+        if keep is None or c.sandbox_id in keep:
+            out.setdefault(c.sandbox_id, []).append(c)
+    return out
 
 
 def read_node_from_procfs(proc_root: Path, node_name: str) -> NodeInfo:
@@ -115,43 +239,198 @@ def load_nodeslo_file(path: Path) -> dict[str, Any]:
 
 
 class LocalSources:
-    """Publishes pods from NRI sandboxes, the node from procfs and the NodeSLO file (or defaults)."""
+    """Publishes pods from NRI sandboxes and containers, the node from procfs and the NodeSLO file."""
 
     name = "local-sources"
     essential = False
 
     def __init__(
-        self, ctx: AgentContext, poll_seconds: float = 1.0, node_refresh_seconds: float = 60.0
+        self,
+        ctx: AgentContext,
+        poll_seconds: float = 1.0,
+        node_refresh_seconds: float = 60.0,
+        coalesce_seconds: float = 0.05,
     ) -> None:
         self.ctx = ctx
         self.poll_seconds = poll_seconds
         self.node_refresh_seconds = node_refresh_seconds
+        self.coalesce_seconds = coalesce_seconds
         self.nodeslo = NodeSLOSource(ctx.bus, ctx.config.node_name, recorder=None, source="file")
         self._sandbox_uids: dict[str, str] = {}
         self._file_sig: tuple[int, int, int] | None = None
         self._node: NodeInfo | None = None
+        self._runtime = ""  # NRI runtime name (container-id prefix when the cgroups path does not tell)
+        self._ctr_sandbox: dict[str, str] = {}  # container id → sandbox id (removals carry only the id)
+        self._published: dict[str, tuple[KubeQoS, tuple[ContainerInfo, ...]]] = {}  # by sandbox id
+        self._dirty: set[str] = set()  # sandbox ids whose containers changed since the last flush
+        self._wake = asyncio.Event()
+        self._warned: set[str] = set()
+        self.republished = 0  # PodUpserted sent for container changes (observability, tests)
         ctx.bus.subscribe(
-            "local-pods", self._on_sandbox, RuntimeSandboxUpserted, RuntimeSandboxRemoved, RuntimeSynchronized
+            "local-pods",
+            self._on_runtime,
+            RuntimeSandboxUpserted,
+            RuntimeSandboxRemoved,
+            RuntimeSynchronized,
+            RuntimeContainerUpserted,
+            RuntimeContainerRemoved,
+            NRIConnectionChanged,
         )
 
-    async def _on_sandbox(self, event: Any, state: NodeState) -> None:
+    def _pod(self, sandbox: RuntimeSandbox, containers: Iterable[RuntimeContainer]) -> PodInfo | None:
+        """The sandbox's PodInfo; None when it would republish what was last published."""
+        ctrs = list(containers)
+        pod = pod_from_sandbox(sandbox, self.ctx.config.node_name, ctrs, self._runtime)
+        sig = (pod.kube_qos, pod.containers)
+        if self._published.get(sandbox.id) == sig:
+            return None
+        self._published[sandbox.id] = sig
+        self._check_dirs(pod, sandbox, ctrs)
+        return pod
+
+    async def _on_runtime(self, event: Any, state: NodeState) -> None:
         bus = self.ctx.bus
-        if isinstance(event, RuntimeSandboxUpserted):
-            pod = pod_from_sandbox(event.sandbox, self.ctx.config.node_name)
-            self._sandbox_uids[event.sandbox.id] = pod.uid
-            await bus.publish(PodUpserted(pod))
+        if isinstance(event, RuntimeContainerUpserted):
+            ctr = event.container
+            self._ctr_sandbox[ctr.id] = ctr.sandbox_id
+            self._mark(ctr.sandbox_id)
+        elif isinstance(event, RuntimeContainerRemoved):
+            sid = self._ctr_sandbox.pop(event.id, None)
+            if sid is not None:
+                self._mark(sid)
+        elif isinstance(event, RuntimeSandboxUpserted):
+            sb = event.sandbox
+            self._published.pop(sb.id, None)  # labels and annotations may have changed: always publish
+            pod = self._pod(sb, (c for c in state.containers.values() if c.sandbox_id == sb.id))
+            if pod is not None:
+                self._sandbox_uids[sb.id] = pod.uid
+                await bus.publish(PodUpserted(pod))
         elif isinstance(event, RuntimeSandboxRemoved):
+            self._published.pop(event.id, None)
+            self._dirty.discard(event.id)
+            self._ctr_sandbox = {c: s for c, s in self._ctr_sandbox.items() if s != event.id}
             uid = self._sandbox_uids.pop(event.id, None)
             if uid is not None:
                 await bus.publish(PodDeleted(uid))
         elif isinstance(event, RuntimeSynchronized):
             # the runtime's full view: pods of sandboxes it no longer reports are gone, the rest upserted
-            pods = [pod_from_sandbox(sb, self.ctx.config.node_name) for sb in event.sandboxes]
-            self._sandbox_uids = {sb.id: pod.uid for sb, pod in zip(event.sandboxes, pods, strict=True)}
+            grouped = containers_by_sandbox(event.containers)
+            self._published = {}
+            pods: list[PodInfo] = []
+            uids: dict[str, str] = {}
+            for i, sb in enumerate(event.sandboxes):
+                if i and i % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)  # ~25 µs per pod: hundreds of pods are not one loop step
+                pod = self._pod(sb, grouped.get(sb.id, ()))
+                if pod is not None:  # None only for a repeated sandbox
+                    pods.append(pod)
+                    uids[sb.id] = pod.uid
+            self._sandbox_uids = uids
+            self._ctr_sandbox = {c.id: c.sandbox_id for c in event.containers}
+            self._dirty.clear()
             await bus.publish(PodsReplaced(tuple(pods), source="nri"))
+        elif isinstance(event, NRIConnectionChanged) and event.connected and event.runtime:
+            self._runtime = event.runtime
+
+    def _mark(self, sandbox_id: str) -> None:
+        self._dirty.add(sandbox_id)
+        self._wake.set()
+
+    async def flush(self) -> int:
+        """Republish the pods whose containers changed (from the newest NodeState); returns how many."""
+        dirty, self._dirty = self._dirty, set()
+        if not dirty:
+            return 0
+        state = self.ctx.bus.state
+        grouped = containers_by_sandbox(state.containers.values(), dirty)
+        sent = 0
+        for i, sid in enumerate(sorted(dirty)):
+            if i and i % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+            sb = state.sandboxes.get(sid)
+            if sb is None or sid not in self._sandbox_uids:
+                continue  # removed meanwhile, or its upsert is still queued (it will carry the containers)
+            pod = self._pod(sb, grouped.get(sid, ()))
+            if pod is None:
+                continue  # no change (e.g. a start that only repeated the state)
+            await self.ctx.bus.publish(PodUpserted(pod))
+            sent += 1
+        self.republished += sent
+        return sent
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            # gather the rest of the burst: a starting container sends create, start and post-start
+            await asyncio.sleep(self.coalesce_seconds)
+            self._wake.clear()
+            try:
+                await self.flush()
+            except Exception as exc:  # a bad container record must not stop republishing
+                obs.ERRORS.labels("local-sources", type(exc).__name__).inc()
+                log.error("cannot republish local pods", error=f"{type(exc).__name__}: {exc}")
+
+    def _check_dirs(self, pod: PodInfo, sandbox: RuntimeSandbox, ctrs: list[RuntimeContainer]) -> None:
+        """Warn once (and count) when the runtime's cgroups are not where the agent will look for them."""
+        layout = self.ctx.services.get("cgroup_layout")
+        if not isinstance(layout, CgroupLayout):
+            return
+        try:
+            pod_dir = layout.pod_dir(pod)
+        except CgroupError as exc:
+            self._mismatch(
+                "pod", sandbox.id, "local pod has no usable cgroup dir", pod=pod.key, error=str(exc)
+            )
+            return
+        if sandbox.cgroup_parent:
+            self._compare(layout, "pod", sandbox.id, pod_dir, sandbox.cgroup_parent, pod=pod.key)
+        ids = {c.runtime_id: c.container_id for c in pod.containers}
+        for ctr in ctrs:
+            cid = ids.get(ctr.id)
+            if not ctr.cgroups_path or cid is None:
+                continue
+            try:
+                derived = layout.container_dir_in(pod_dir, cid)
+            except CgroupError as exc:
+                self._mismatch("container", ctr.id, "local container not measurable", error=str(exc))
+                continue
+            self._compare(layout, "container", ctr.id, derived, ctr.cgroups_path, pod=pod.key)
+
+    def _compare(
+        self, layout: CgroupLayout, level: str, key: str, derived: str, reported: str, **kw: str
+    ) -> None:
+        try:
+            actual = layout.normalize_parent(reported)
+        except CgroupError as exc:
+            self._mismatch(level, key, "runtime cgroup path refused", path=reported, error=str(exc), **kw)
+            return
+        if actual != derived:
+            self._mismatch(
+                level,
+                key,
+                "runtime cgroup differs from the derived dir",
+                runtime=actual,
+                derived=derived,
+                **kw,
+            )
+
+    def _mismatch(self, level: str, key: str, msg: str, **kw: str) -> None:
+        CGROUP_MISMATCH.labels(level).inc()
+        if key in self._warned:
+            return
+        if len(self._warned) > 4096:
+            self._warned.clear()
+        self._warned.add(key)
+        log.warning(msg, level=level, id=key, **kw)
 
     async def run(self) -> None:
-        """Publish node and NodeSLO, mark every source synced, then poll the file and procfs."""
+        """Publish node and NodeSLO, mark every source synced, then poll the file and procfs (and
+        republish pods whose containers changed)."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._flush_loop(), name="local-pods-flush")
+            await self._poll()
+
+    async def _poll(self) -> None:
         bus = self.ctx.bus
         await self.refresh_node()
         await self.poll_nodeslo()

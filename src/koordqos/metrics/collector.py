@@ -4,13 +4,16 @@ aggregate; store the samples and publish one MetricTick.
 Rates are counter deltas between rounds (qos-manager.md §6): the first round after start (or after a cgroup
 appears) has no delta and reports None for CPU usage and throttling. Missing /proc files (synthetic roots)
 and vanished cgroups are logged once, counted, and leave the corresponding values None.
+
+NodeSLO host applications with a `cgroupPath` are measured like pods (CPU cores, memory working set) and
+stored by app name; a cgroupPath that would leave the cgroup root is refused (logged once, counted).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -21,13 +24,22 @@ from prometheus_client import Counter, Histogram
 from koordqos import observability as obs
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.reader import CgroupReader
-from koordqos.errors import CgroupError
+from koordqos.errors import CgroupError, PathEscapeError
 from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
+from koordqos.metrics.hostapp import host_app_dir
 from koordqos.metrics.procfs import USER_HZ, CpuTicks, parse_meminfo, parse_proc_stat, read_text
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import CpuTopology
-from koordqos.metrics.types import BESample, ContainerSample, MetricSnapshot, NodeSample, PodSample
+from koordqos.metrics.types import (
+    BESample,
+    ContainerSample,
+    HostAppSample,
+    MetricSnapshot,
+    NodeSample,
+    PodSample,
+)
+from koordqos.model.nodeslo import CgroupPath, HostApplicationSpec
 from koordqos.model.pod import BATCH_CPU, KubeQoS, PodInfo, QoSClass
 
 log = structlog.get_logger("koordqos.metrics")
@@ -38,6 +50,12 @@ MISSING = Counter(
     ["source"],
     registry=obs.REGISTRY,
 )
+HOST_APP_REFUSED = Counter(
+    "koordqos_metrics_host_app_refused_total",
+    "NodeSLO host applications not measured because their cgroupPath was refused",
+    ["reason"],
+    registry=obs.REGISTRY,
+)
 ROUND_SECONDS = Histogram(
     "koordqos_metrics_round_seconds",
     "CPU time of one metrics collection round",
@@ -45,6 +63,7 @@ ROUND_SECONDS = Histogram(
     registry=obs.REGISTRY,
 )
 
+_NO_APPS: Mapping[str, HostAppSample] = MappingProxyType({})
 YIELD_EVERY = 20  # pods per synchronous slice, so one round never holds the loop for long
 
 
@@ -96,6 +115,9 @@ class MetricsCollector:
         self._prev_node: tuple[CpuTicks, float] | None = None
         self._warned: set[str] = set()
         self._plans: dict[str, _PodPlan] = {}
+        # host app cgroupPath → its dir, or the error refusing it (checked once per distinct path)
+        self._app_dirs: dict[tuple[str, str, str], str | CgroupError] = {}
+        self._app_names: tuple[str, ...] = ()
         self.rounds = 0
         self.last: MetricSnapshot | None = None
 
@@ -128,6 +150,7 @@ class MetricsCollector:
         self.store.ingest(snap)
         for uid in self.store.retain_pods(snap.pods.keys()):
             self._forget_pod(uid)
+        self.store.retain_host_apps(self._app_names)
         self.last = snap
         self.rounds += 1
         await self.bus.publish(MetricTick(at=snap.at, sample=snap))
@@ -156,13 +179,16 @@ class MetricsCollector:
             spent += time.process_time() - t0
         t0 = time.process_time()
         be = self._be(pods, seen, node)
+        apps = self._host_apps(state.node_slo.host_applications if state.node_slo is not None else (), seen)
         for key in [k for k in self._prev if k not in seen]:
             del self._prev[key]
         for key in [k for k in self._prev_thr if k not in seen]:
             del self._prev_thr[key]
         spent += time.process_time() - t0
         ROUND_SECONDS.observe(spent)
-        return MetricSnapshot(at=at, interval=self.interval, node=node, pods=MappingProxyType(out), be=be)
+        return MetricSnapshot(
+            at=at, interval=self.interval, node=node, pods=MappingProxyType(out), be=be, host_apps=apps
+        )
 
     def _warn_once(self, key: str, msg: str, **kw: object) -> None:
         if key in self._warned:
@@ -316,6 +342,70 @@ class MetricsCollector:
                 by_quota = quota * 1000 // period
                 real = by_quota if real is None else min(real, by_quota)
         return BESample(usage, request, real, cpuset, quota, period)
+
+    def _app_dir(self, path: CgroupPath) -> str | CgroupError:
+        """The host app's checked dir, or why it was refused (memoised per distinct cgroupPath)."""
+        key = (path.base, path.parent_dir, path.relative_path)
+        found = self._app_dirs.get(key)
+        if found is None:
+            try:
+                found = host_app_dir(self.layout, path)
+            except CgroupError as exc:
+                found = exc
+            if len(self._app_dirs) > 1024:  # NodeSLO edits come and go
+                self._app_dirs.clear()
+            self._app_dirs[key] = found
+        return found
+
+    def _host_apps(
+        self, apps: tuple[HostApplicationSpec, ...], seen: set[str]
+    ) -> Mapping[str, HostAppSample]:
+        """CPU cores and memory working set of each NodeSLO host application with a cgroupPath."""
+        self._app_names = tuple(a.name for a in apps)
+        if not apps:
+            return _NO_APPS
+        out: dict[str, HostAppSample] = {}
+        at = self._clock()
+        for app in apps:
+            if app.name in out:
+                self._warn_once(
+                    "app-dup:" + app.name, "duplicate host application name; first kept", app=app.name
+                )
+                continue
+            if app.cgroup_path is None:
+                self._warn_once(
+                    "app-nopath:" + app.name, "host application has no cgroupPath; not measured", app=app.name
+                )
+                continue
+            rel = self._app_dir(app.cgroup_path)
+            if isinstance(rel, CgroupError):
+                reason = "escape" if isinstance(rel, PathEscapeError) else "invalid"
+                HOST_APP_REFUSED.labels(reason).inc()
+                self._warn_once(
+                    f"app-refused:{app.name}:{app.cgroup_path!r}",
+                    "host application cgroupPath refused; not measured",
+                    app=app.name,
+                    base=app.cgroup_path.base,
+                    parent_dir=app.cgroup_path.parent_dir,
+                    relative_path=app.cgroup_path.relative_path,
+                    error=str(rel),
+                )
+                continue
+            # own counter key: an app may share its dir with a pod, the BE dir or another app
+            key = f"app:{app.name}:{rel}"
+            cpu = self._cpu_cores(rel, key, at, seen)
+            mem = self.reader.memory_working_set(rel)
+            if cpu is None and mem is None and key not in seen:
+                self._missing(
+                    "host_app_cgroup",
+                    "app:" + app.name,
+                    "host application cgroup missing",
+                    app=app.name,
+                    dir=rel,
+                )
+                continue
+            out[app.name] = HostAppSample(app.name, rel, cpu, mem)
+        return MappingProxyType(out)
 
     def _forget_pod(self, uid: str) -> None:
         self._warned.discard("pod:" + uid)

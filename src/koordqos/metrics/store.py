@@ -1,8 +1,9 @@
 """MetricStore: per-series ring buffers with time retention, and window queries ending now.
 
 A series is (kind, key): key "" for node and BE series, the pod uid for pod series, the container id for
-container series. Queries look at samples with `now − window <= t <= now`; `last` defaults to the spec's
-window of 2 × collect interval (qos-manager.md §1.8). Percentiles use the nearest-rank method.
+container series, the NodeSLO host application name for host application series. Queries look at samples
+with `now − window <= t <= now`; `last` defaults to the spec's window of 2 × collect interval (qos-manager.md
+§1.8). Percentiles use the nearest-rank method.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from koordqos.metrics.types import MetricKind, MetricSnapshot
 
 Series = deque[tuple[float, float]]
 _POD_KINDS = frozenset({MetricKind.POD_CPU_USAGE, MetricKind.POD_MEMORY_USAGE})
+_APP_KINDS = (MetricKind.HOST_APP_CPU_USAGE, MetricKind.HOST_APP_MEMORY_USAGE)
 
 
 class MetricStore:
@@ -35,6 +37,7 @@ class MetricStore:
         self._series: dict[tuple[str, str], Series] = {}
         self._pod_of: dict[str, str] = {}  # container id → pod uid
         self._pods: set[str] = set()  # uids with pod or container series
+        self._apps: set[str] = set()  # host application names with series
 
     def __len__(self) -> int:
         return len(self._series)
@@ -50,6 +53,8 @@ class MetricStore:
         s.append((t, float(value)))
         if kind in _POD_KINDS:
             self._pods.add(key)
+        elif kind in _APP_KINDS:
+            self._apps.add(key)
         horizon = t - self.retention
         while s and s[0][0] < horizon:
             s.popleft()
@@ -81,6 +86,10 @@ class MetricStore:
                 append((MetricKind.CONTAINER_CPU_USAGE, c.id, c.cpu_usage_cores))
                 append((MetricKind.CONTAINER_MEMORY_USAGE, c.id, c.memory_working_set))
                 append((MetricKind.CONTAINER_CPU_THROTTLED, c.id, c.throttled_ratio))
+        for name, app in snap.host_apps.items():
+            self._apps.add(name)
+            append((MetricKind.HOST_APP_CPU_USAGE, name, app.cpu_usage_cores))
+            append((MetricKind.HOST_APP_MEMORY_USAGE, name, app.memory_working_set))
         for kind, key, value in samples:
             if value is None:
                 continue
@@ -110,6 +119,17 @@ class MetricStore:
         gone = sorted(self._pods.difference(uids))
         for uid in gone:
             self.drop_pod(uid)
+        return gone
+
+    def retain_host_apps(self, names: Iterable[str]) -> list[str]:
+        """Drop the series of host applications no longer in the NodeSLO; returns the dropped names."""
+        if not self._apps:
+            return []
+        gone = sorted(self._apps.difference(names))
+        for name in gone:
+            self._apps.discard(name)
+            for kind in _APP_KINDS:
+                self._series.pop((kind, name), None)
         return gone
 
     # -- queries -------------------------------------------------------------------------------------------

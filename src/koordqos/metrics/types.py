@@ -22,9 +22,15 @@ class MetricKind(enum.StrEnum):
     BE_CPU_USAGE = "be_cpu_usage"  # milli-cores
     BE_CPU_REQUEST = "be_cpu_request"  # milli-cores
     BE_CPU_REAL_LIMIT = "be_cpu_real_limit"  # milli-cores
+    HOST_APP_CPU_USAGE = "host_application_cpu_usage"  # cores, key = NodeSLO host application name
+    HOST_APP_MEMORY_USAGE = "host_application_memory_usage"  # bytes (working set), key = app name
 
 
 def _empty() -> Mapping[str, PodSample]:
+    return MappingProxyType({})
+
+
+def _no_apps() -> Mapping[str, HostAppSample]:
     return MappingProxyType({})
 
 
@@ -63,6 +69,16 @@ class PodSample:
 
 
 @dataclass(frozen=True, slots=True)
+class HostAppSample:
+    """A NodeSLO host application's usage, measured in its cgroup dir (relative to the cgroup root)."""
+
+    name: str
+    dir: str
+    cpu_usage_cores: float | None = None
+    memory_working_set: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BESample:
     """The best-effort aggregate in milli-cores.
 
@@ -87,6 +103,7 @@ class MetricSnapshot:
     node: NodeSample = field(default_factory=NodeSample)
     pods: Mapping[str, PodSample] = field(default_factory=_empty)  # by uid
     be: BESample = field(default_factory=BESample)
+    host_apps: Mapping[str, HostAppSample] = field(default_factory=_no_apps)  # by app name
 
     def container(self, container_id: str) -> ContainerSample | None:
         """Find a container sample by id."""

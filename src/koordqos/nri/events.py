@@ -168,6 +168,8 @@ def runtime_sandbox(pod: api.PodSandbox) -> RuntimeSandbox:
 
 def runtime_container(ctr: api.Container, pod_uid: str, state: str | None = None) -> RuntimeContainer:
     """The NodeState record for an NRI Container (`state` overrides the message's state)."""
+    res = ctr.linux.resources
+    cpu, mem = res.cpu, res.memory
     return RuntimeContainer(
         id=ctr.id,
         sandbox_id=ctr.pod_sandbox_id,
@@ -176,4 +178,8 @@ def runtime_container(ctr: api.Container, pod_uid: str, state: str | None = None
         cgroups_path=ctr.linux.cgroups_path,
         pid=ctr.pid,
         state=container_state_name(ctr.state) if state is None else state,
+        cpu_shares=int(cpu.shares.value),
+        cpu_quota=int(cpu.quota.value),
+        cpu_period=int(cpu.period.value),
+        memory_limit=int(mem.limit.value),
     )

@@ -18,6 +18,7 @@ from prometheus_client import Gauge
 
 from koordqos.cgroups.resources import format_cpuset
 from koordqos.config import AgentConfig
+from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
 from koordqos.model.nodeslo import NodeSLO, is_feature_disabled
 from koordqos.model.pod import KubeQoS, NodeInfo, PodInfo, QoSClass
@@ -458,6 +459,16 @@ def suppress_config(slo: NodeSLO | None) -> SuppressConfig:
     )
 
 
+def host_app_used(store: MetricStore, slo: NodeSLO | None) -> dict[str, float]:
+    """CollectAllHostAppMetricsLast(cpu): cores by NodeSLO host application name; unmeasured ones omitted."""
+    out: dict[str, float] = {}
+    for app in slo.host_applications if slo is not None else ():
+        v = store.last(MetricKind.HOST_APP_CPU_USAGE, app.name)
+        if v is not None:
+            out[app.name] = v
+    return out
+
+
 def build_inputs(state: NodeState, env: StrategyEnv) -> SuppressInputs:
     """Read what one round needs: metrics (Last window), the BE cgroups, topology and node annotations."""
     store = env.store
@@ -480,7 +491,7 @@ def build_inputs(state: NodeState, env: StrategyEnv) -> SuppressInputs:
         node=node,
         node_used=store.last(MetricKind.NODE_CPU_USAGE),
         pod_used=pod_used,
-        host_app_used={},  # no host-application usage series is collected yet: host apps count as absent
+        host_app_used=host_app_used(store, state.node_slo),
         processors=env.processors(),
         be_quota=env.be_quota(),
         be_cpuset=env.be_cpuset(),
