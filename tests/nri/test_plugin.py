@@ -250,6 +250,30 @@ async def test_container_state_events_follow_the_lifecycle(
     assert states == ["created", "running", "stopped"]
 
 
+async def test_update_container_records_the_requested_resources(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+) -> None:
+    bus_task = asyncio.create_task(bus.run())
+    try:
+        async with MockRuntime(sock_path) as rt:
+            start_plugin()
+            await rt.wait_joined(timeout=5)
+            pod = sample_pod(1)
+            ctr = sample_container(pod, 0)
+            await rt.create_container(pod, ctr)
+            res = api.LinuxResources()
+            res.CopyFrom(ctr.linux.resources)
+            res.cpu.quota.value = 150000
+            res.memory.limit.value = 1 << 30
+            await rt.update_container(pod, ctr, res)
+            await bus.drained()
+    finally:
+        bus_task.cancel()
+        await asyncio.gather(bus_task, return_exceptions=True)
+    recorded = bus.state.containers[ctr.id]
+    assert (recorded.cpu_quota, recorded.memory_limit) == (150000, 1 << 30)
+
+
 async def test_unknown_methods_get_unimplemented(
     sock_path: Path, start_plugin: Callable[..., NRIPlugin]
 ) -> None:

@@ -395,7 +395,14 @@ class PluginSession:
 
     async def _update_container(self, payload: bytes, received: float, tn: int) -> bytes:
         req = _parse(api.UpdateContainerRequest, payload, "UpdateContainer")
-        self._container_upserted(req.pod, req.container)
+        if req.HasField("linux_resources"):
+            # NodeState keeps the resources being asked for, not the ones the update replaces
+            updated = api.Container()
+            updated.CopyFrom(req.container)
+            updated.linux.resources.CopyFrom(req.linux_resources)
+            self._container_upserted(req.pod, updated)
+        else:
+            self._container_upserted(req.pod, req.container)
         event = NRIUpdateContainer(req.pod, req.container)
         event.linux_resources.CopyFrom(req.linux_resources)
         await self._request(event, received, tn)
