@@ -155,3 +155,30 @@ def test_is_pod_be_by_label() -> None:
         ctx = pod_ctx(C0, labels=labels)
         hook().set_pod_resources(ctx)
         assert ctx.response.resources.is_set() is want
+
+
+@pytest.mark.parametrize("ratio", [1e9, 1e6, float("inf"), float("nan")])
+def test_normalized_be_quota_never_below_the_kernel_minimum(ratio: float) -> None:
+    """A node ratio of 1e9 (or a non-finite one that slipped through) must not yield quota 0 or 1."""
+    from koordqos.hooks.batchresource import scale_quota
+    from koordqos.hooks.resources import MIN_QUOTA
+
+    h = hook(ratio=ratio)
+    c = ctr_ctx(C0)
+    h.set_container_resources(c)
+    p = pod_ctx(C0, C0)
+    h.set_pod_resources(p)
+    assert c.response.resources.cfs_quota is not None
+    assert c.response.resources.cfs_quota >= MIN_QUOTA
+    assert p.response.resources.cfs_quota is not None
+    assert p.response.resources.cfs_quota >= MIN_QUOTA
+    assert scale_quota(50000, ratio) >= MIN_QUOTA
+    assert scale_quota(-1, ratio) == -1  # unlimited stays unlimited
+
+
+def test_scale_quota_floor_only_applies_to_scaled_values() -> None:
+    from koordqos.hooks.batchresource import scale_quota
+
+    assert scale_quota(100000, 1e9) == 1000
+    assert scale_quota(100000, 1.2) == 83334
+    assert scale_quota(100000, 1.0) == 100000

@@ -222,3 +222,47 @@ def test_k19_system_supported_probe(tmp_path: Path) -> None:
     sysctl.parent.mkdir(parents=True)
     sysctl.write_text("0\n")
     assert probe_sysfs(proc, sys) == (True, "sysctl supported")
+
+
+def _procs(root: Path, *pids: int) -> Path:
+    for pid in pids:
+        (root / str(pid)).mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def test_prune_drops_dead_pids_so_a_reused_pid_gets_the_cookie(tmp_path: Path) -> None:
+    import shutil
+
+    proc_root = _procs(tmp_path / "proc", 100, 101)
+    kernel = FakeKernel({}, set())
+    mgr = CookieManager(kernel)
+    mgr.enable("uid", "containerd://c1", "g", [100, 101])
+    cookie = mgr.cookies["g"].cookie
+    assert mgr.cookies["g"].pids == {100, 101}
+    # 101 exits; the kernel forgets its cookie; a new process of container c2 then reuses PID 101
+    shutil.rmtree(proc_root / "101")
+    del kernel.cookies[101]
+    mgr.prune({"uid/containerd://c1", "uid/containerd://c2"}, proc_root)
+    assert mgr.cookies["g"].pids == {100}
+    _procs(proc_root, 101)
+    mgr.enable("uid", "containerd://c2", "g", [101])
+    assert kernel.cookies[101] == cookie
+    assert mgr.groups == {"uid/containerd://c1": "g", "uid/containerd://c2": "g"}
+
+
+def test_prune_forgets_containers_gone_and_emptied_cookies(tmp_path: Path) -> None:
+    proc_root = _procs(tmp_path / "proc", 100, 200)
+    mgr = CookieManager(FakeKernel({}, set()))
+    mgr.enable("u1", "containerd://c1", "g1", [100])
+    mgr.enable("u2", "containerd://c2", "g2", [200, 201])  # 201 has no /proc entry: dead
+    mgr.prune({"u2/containerd://c2"}, proc_root)
+    assert mgr.groups == {"u2/containerd://c2": "g2"}
+    assert mgr.cookies["g2"].pids == {200}
+    assert "g1" in mgr.cookies  # PID 100 still lives (e.g. moved elsewhere): the cookie stays shareable
+    (proc_root / "100").rmdir()
+    mgr.prune(set(), proc_root)
+    assert mgr.groups == {}
+    assert set(mgr.cookies) == {"g2"}
+    (proc_root / "200").rmdir()
+    mgr.prune(set(), proc_root)
+    assert mgr.cookies == {}

@@ -7,7 +7,7 @@ import pytest
 from koordqos.hooks.context import ContainerContext, ContainerRequest, PodContext, PodRequest
 from koordqos.hooks.cpunormalization import CPUNormalization, is_pod_cpu_share
 from koordqos.hooks.resources import Resources
-from koordqos.hooks.rules import RuleError, cpu_normalization_ratio
+from koordqos.hooks.rules import RatioIgnored, RuleError, cpu_normalization_ratio
 from koordqos.model.pod import NodeInfo
 
 LS = {"koordinator.sh/qosClass": "LS"}
@@ -94,3 +94,44 @@ def test_n9_parse_rule() -> None:
     assert h.ratio == pytest.approx(1.1)
     assert h.enable
     assert h.update_rule(cpu_normalization_ratio(node({key: "1.10"}))) is False
+
+
+@pytest.mark.parametrize("raw", ["inf", "-inf", "nan", "Infinity"])
+def test_non_finite_ratio_is_ignored(raw: str) -> None:
+    key = "node.koordinator.sh/cpu-normalization-ratio"
+    with pytest.raises(RatioIgnored, match="not finite"):
+        cpu_normalization_ratio(node({key: raw}))
+
+
+def test_non_finite_ratio_disables_normalization_and_is_reported_once() -> None:
+    from structlog.testing import capture_logs
+
+    from koordqos import observability as obs
+    from koordqos.hooks.runtime import HookOptions, RuntimeHooks
+
+    key = "node.koordinator.sh/cpu-normalization-ratio"
+    hooks = RuntimeHooks(HookOptions(gates={"CPUNormalization": True}))
+    hooks.refresh_rules(None, node({key: "1.2"}))
+    assert hooks.cpu_normalization is not None
+    assert hooks.cpu_normalization.enable
+    counter = obs.ERRORS.labels("hooks", "bad_node_annotation")
+    before = counter._value.get()
+    with capture_logs() as logs:
+        # every Node update is a new object: the rule is re-parsed each time
+        hooks.refresh_rules(None, node({key: "inf"}))
+        hooks.refresh_rules(None, node({key: "inf"}))
+    assert (hooks.cpu_normalization.enable, hooks.cpu_normalization.ratio) == (False, -1)
+    assert hooks.batch is not None
+    assert hooks.batch.rule.cpu_normalization_ratio == -1
+    assert len([e for e in logs if "ratio ignored" in e["event"]]) == 1
+    assert counter._value.get() == before + 2
+    p, c = both(LS, Resources(cfs_quota=100000))
+    hooks.cpu_normalization.adjust_pod_cfs_quota(p)
+    hooks.cpu_normalization.adjust_container_cfs_quota(c)
+    assert (p.response.resources.cfs_quota, c.response.resources.cfs_quota) == (None, None)
+
+
+def test_huge_ratio_never_scales_below_the_minimum_quota() -> None:
+    # 1e9 is finite and > 1: ceil(100000 / 1e9) = 1 would be refused by the kernel
+    assert run(hook(True, 1e9), LS, Resources(cfs_quota=100000)) == (1000, 1000)
+    assert run(hook(True, 1000.0), LS, Resources(cfs_quota=200000)) == (1000, 1000)

@@ -118,3 +118,43 @@ def test_dry_run_records_and_changes_nothing(tmp_path: Path) -> None:
     assert read(root, 12) == 0
     assert log.recent()[-1].new == -500
     assert log.recent()[-1].dry_run
+
+
+def _ctx_for(uid: str, annotations: dict[str, str]) -> ContainerContext:
+    return ContainerContext(
+        ContainerRequest(
+            pod_uid=uid,
+            container_name="c1",
+            container_id="containerd://yyyyyy",
+            pod_annotations=annotations,
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("annotations", "reason", "message"),
+    [
+        ({SPEC: "{invalid}"}, "malformed", "malformed oom-score-adj"),
+        ({POD: "-2000"}, "out_of_range", "out of range"),
+    ],
+    ids=["malformed", "out-of-range"],
+)
+def test_bad_annotation_logged_once_per_pod_and_value_counted_every_time(
+    annotations: dict[str, str], reason: str, message: str
+) -> None:
+    from structlog.testing import capture_logs
+
+    from koordqos.hooks.oomscoreadj import BAD_ANNOTATIONS
+
+    hook = OOMScoreAdj()
+    counter = BAD_ANNOTATIONS.labels(reason)
+    before = counter._value.get()
+    with capture_logs() as logs:
+        for _ in range(5):  # five reconcile passes
+            assert hook.target(_ctx_for("pod-a", annotations)) is None
+        assert hook.target(_ctx_for("pod-b", annotations)) is None  # another pod: logged
+        changed = {k: v + " " for k, v in annotations.items()}  # same pod, new value: logged
+        assert hook.target(_ctx_for("pod-a", changed)) is None
+    warned = [e for e in logs if message in e["event"]]
+    assert [e["pod_uid"] for e in warned] == ["pod-a", "pod-b", "pod-a"]
+    assert counter._value.get() == before + 7

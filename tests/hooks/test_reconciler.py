@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.events.types import NodeSLOUpdated, NodeUpdated, PodsReplaced
+from koordqos.hooks.reconciler import HookReconciler
 from koordqos.model.nodeslo import parse_nodeslo
 from koordqos.model.pod import BATCH_CPU, BATCH_MEMORY, ContainerInfo, KubeQoS, NodeInfo
 from koordqos.state import NodeState, reduce
@@ -253,3 +255,172 @@ async def test_sandbox_container_of_a_pinned_nri_pod_gets_the_cpuset(tmp_path: P
     await rec.reconcile(state(RuntimeSandboxUpserted(sb)))
     assert node.read(sdir, "cpuset", "cpuset.cpus") == "1-2"
     assert cpu(node, sdir, "cpu.cfs_quota_us") == "-1"
+
+
+# -- review fixes: bounded log-once memories, cookie cache pruning, sandbox runtime ----------------
+
+BAD_SPEC = {"node.koordinator.sh/extended-resource-spec": "{bad"}
+
+
+async def test_bad_pod_warning_memory_is_pruned_when_the_pod_leaves(tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    node = make_node(tmp_path)
+    bad = pod("be2", "BE", KubeQoS.BESTEFFORT, annotations=BAD_SPEC)
+    rec = make_reconciler(node)
+    with capture_logs() as logs:
+        await rec.reconcile(state(PodsReplaced((bad,))))
+        await rec.reconcile(state(PodsReplaced((bad,))))
+        assert len([e for e in logs if e["event"] == "pod skipped by the hooks reconciler"]) == 1
+        assert len(rec._warned) == 1
+        await rec.reconcile(state(PodsReplaced(())))
+        assert rec._warned == set()
+        await rec.reconcile(state(PodsReplaced((bad,))))  # came back: reported again
+    assert len([e for e in logs if e["event"] == "pod skipped by the hooks reconciler"]) == 2
+
+
+async def test_bad_pod_warning_memory_is_bounded(tmp_path: Path) -> None:
+    from koordqos.hooks.reconciler import MAX_WARNED
+
+    node = make_node(tmp_path)
+    rec = make_reconciler(node)
+    pods = tuple(
+        pod(f"bad{i}", "BE", KubeQoS.BESTEFFORT, annotations=BAD_SPEC) for i in range(MAX_WARNED + 5)
+    )
+    rec.compute(state(PodsReplaced(pods)))
+    assert 0 < len(rec._warned) <= MAX_WARNED
+
+
+async def test_failing_pass_is_logged_once_and_counted_every_time(tmp_path: Path) -> None:
+    import asyncio
+
+    from structlog.testing import capture_logs
+
+    from koordqos import observability as obs
+    from koordqos.events.bus import EventBus
+    from koordqos.hooks.reconciler import PassResult
+
+    node = make_node(tmp_path)
+    base = make_reconciler(node)
+    rec = HookReconciler(
+        base.hooks, node.layout, base.executor, base.decisions, bus=EventBus(), interval=0.001
+    )
+    calls = 0
+
+    async def failing(state: NodeState, trigger: str = "manual") -> PassResult:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("boom" if calls < 4 else "other")
+
+    rec.reconcile = failing  # type: ignore[method-assign]
+    counter = obs.ERRORS.labels("hooks-reconciler", "pass")
+    before = counter._value.get()
+    with capture_logs() as logs:
+        task = asyncio.create_task(rec.run())
+        async with asyncio.timeout(10):
+            while calls < 6:
+                await asyncio.sleep(0.001)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    failed = [e for e in logs if e["event"] == "reconcile pass failed"]
+    assert [e["error"] for e in failed] == ["RuntimeError: boom", "RuntimeError: other"]
+    assert counter._value.get() == before + calls
+
+
+def _core_sched_reconciler(node: SyntheticNode, kernel: object) -> HookReconciler:
+    from koordqos.cgroups.executor import CgroupExecutor
+    from koordqos.decisions import DecisionLog
+    from koordqos.hooks.runtime import HookOptions, RuntimeHooks
+
+    hooks = RuntimeHooks(
+        HookOptions(
+            gates={"CoreSched": True, "GroupIdentity": False},
+            core_sched_supported=True,
+            core_sched_reason="test",
+            cookie_ops=kernel,
+        )
+    )
+    decisions = DecisionLog()
+    return HookReconciler(
+        hooks, node.layout, CgroupExecutor(node.layout, decisions), decisions, proc_root=node.proc_root
+    )
+
+
+CORE_SCHED_SLO = {
+    "resourceQOSStrategy": {
+        "policies": {"cpuPolicy": "coreSched"},
+        "lsClass": {"cpuQOS": {"enable": True}},
+    }
+}
+
+
+async def test_core_sched_caches_forget_containers_and_processes_that_left(tmp_path: Path) -> None:
+    from .test_coresched import FakeKernel
+
+    node = make_node(tmp_path, extensions=("cpu.idle",))
+    cid = "containerd://" + "ab" * 8
+    p = pod("ls1", "LS", KubeQoS.BURSTABLE, [ContainerInfo(name="c0", container_id=cid)])
+    pdir = node.add_pod(p)
+    cdir = node.layout.container_dir_in(pdir, cid)
+    node.write(cdir, "cpu", "cgroup.procs", "100\n101\n")
+    for pid in (100, 101):
+        (node.proc_root / str(pid)).mkdir(parents=True)
+    kernel = FakeKernel({}, set())
+    rec = _core_sched_reconciler(node, kernel)
+    slo = NodeSLOUpdated(parse_nodeslo(CORE_SCHED_SLO))
+    await rec.reconcile(state(PodsReplaced((p,)), slo))
+    cs = rec.hooks.core_sched
+    assert cs is not None
+    assert cs.cookies is not None
+    assert set(cs.cookies.groups) == {f"ls1/{cid}"}
+    assert kernel.cookies[100] == kernel.cookies[101] != 0
+    # the pod is deleted and its processes exit
+    for pid in (100, 101):
+        (node.proc_root / str(pid)).rmdir()
+    await rec.reconcile(state(PodsReplaced(()), slo))
+    assert cs.cookies.groups == {}
+    assert cs.cookies.cookies == {}
+
+
+async def test_sandbox_id_takes_the_runtime_of_the_first_container(tmp_path: Path) -> None:
+    from koordqos.cgroups.layout import CgroupDriver
+    from koordqos.events.types import RuntimeSandbox, RuntimeSandboxUpserted
+
+    node = SyntheticNode(tmp_path / "node", CgroupVersion.V1, CgroupDriver.SYSTEMD)
+    cid = "cri-o://" + "cd" * 8
+    annotations = {"scheduling.koordinator.sh/resource-status": '{"cpuset":"1-2"}'}
+    p = pod("lsr-uid", "LSR", KubeQoS.GUARANTEED, [ContainerInfo(name="c0", container_id=cid)], annotations)
+    pdir = node.add_pod(p)
+    sdir = node.layout.container_dir_in(pdir, "cri-o://sandbox01")
+    assert sdir.endswith("/crio-sandbox01.scope")
+    node.make_cgroup(sdir)
+    sb = RuntimeSandbox(
+        id="sandbox01",
+        uid="lsr-uid",
+        name="lsr-uid",
+        namespace="ns",
+        labels=p.labels,
+        annotations=annotations,
+    )
+    rec = make_reconciler(node)
+    result = await rec.reconcile(state(PodsReplaced((p,)), RuntimeSandboxUpserted(sb)))
+    assert node.read(sdir, "cpuset", "cpuset.cpus") == "1-2"
+    assert any(w.parent == sdir for w in result.writes)
+    assert not any("cri-containerd-sandbox01" in w.parent for w in result.writes)
+
+
+def test_sandbox_runtime_fallbacks() -> None:
+    from koordqos.events.types import RuntimeContainer
+    from koordqos.hooks.reconciler import sandbox_runtime
+
+    docker = pod("u", "LS", KubeQoS.BURSTABLE, [ContainerInfo(name="c", container_id="docker://abc")])
+    assert sandbox_runtime(docker, {}, ()) == "docker"
+    not_started = pod("u", "LS", KubeQoS.BURSTABLE, [ContainerInfo(name="c")])
+    assert sandbox_runtime(not_started, {}, ()) == "containerd"
+    crio = RuntimeContainer(
+        id="x", sandbox_id="s", pod_uid="u", name="c", cgroups_path="kubepods.slice:crio:x"
+    )
+    assert sandbox_runtime(None, {}, (crio,)) == "cri-o"
+    assert sandbox_runtime(None, {"io.kubernetes.docker.type": "podsandbox"}, ()) == "docker"
+    assert sandbox_runtime(None, {}, ()) == "containerd"

@@ -11,7 +11,12 @@ from dataclasses import dataclass
 
 from koordqos.hooks.context import ContainerContext, PodContext, Stage
 from koordqos.hooks.framework import HookFn
-from koordqos.hooks.resources import ExtendedResources, milli_cpu_to_quota, milli_cpu_to_shares
+from koordqos.hooks.resources import (
+    MIN_QUOTA,
+    ExtendedResources,
+    milli_cpu_to_quota,
+    milli_cpu_to_shares,
+)
 from koordqos.model.pod import BATCH_CPU, BATCH_MEMORY, QoSClass
 
 NAME = "BatchResource"
@@ -19,9 +24,13 @@ GATE = "BatchResource"
 
 
 def scale_quota(quota: int, ratio: float) -> int:
-    """CPU normalization of a positive quota: ceil(quota / ratio), only for ratio > 1."""
-    if quota > 0 and ratio > 1.0:
-        return math.ceil(quota / ratio)
+    """CPU normalization of a positive quota: ceil(quota / ratio), only for a finite ratio > 1.
+
+    The result never drops below koordlet's MilliCPUToQuota floor (1000 µs): a huge ratio would
+    otherwise give 0 or 1, which the kernel refuses, failing every container creation it is put into.
+    """
+    if quota > 0 and ratio > 1.0 and math.isfinite(ratio):
+        return max(math.ceil(quota / ratio), MIN_QUOTA)
     return quota
 
 

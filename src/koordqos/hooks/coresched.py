@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -277,6 +277,22 @@ class CookieManager:
             return
         failed = set(self.ops.assign(pids[0], list(pids[1:]))) if len(pids) > 1 else set()
         self.cookies[group] = CookieEntry(cookie, {pids[0], *(p for p in pids[1:] if p not in failed)})
+
+    def prune(self, live_containers: Collection[str], proc_root: Path) -> None:
+        """Forget containers not seen any more, PIDs no longer under `proc_root`, and emptied cookies.
+
+        A dead PID left in a group could be reused by a new process, which `enable` would then take as
+        already carrying the cookie; an unpruned cache also grows with every container ever seen.
+        """
+        live = set(live_containers)
+        for key in [k for k in self.groups if k not in live]:
+            del self.groups[key]
+        for entry in self.cookies.values():
+            entry.pids = {pid for pid in entry.pids if (proc_root / str(pid)).exists()}
+        # a cookie with no live carrier cannot be shared again (assign needs a sibling); the next
+        # enable of the group creates a fresh one
+        for group in [g for g, e in self.cookies.items() if not e.pids]:
+            del self.cookies[group]
 
     def disable(self, pod_uid: str, container_id: str, pids: Sequence[int]) -> None:
         """Clear the cookie of the container's PIDs (only if it had a group)."""

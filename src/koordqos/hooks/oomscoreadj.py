@@ -11,9 +11,10 @@ import json
 from collections.abc import Mapping
 
 import structlog
+from prometheus_client import Counter
 
 from koordqos import observability as obs
-from koordqos.hooks.context import ContainerContext, Stage
+from koordqos.hooks.context import ContainerContext, ContainerRequest, Stage
 from koordqos.hooks.framework import HookFn
 
 log = structlog.get_logger("koordqos.hooks.oomscoreadj")
@@ -24,6 +25,14 @@ ANNOTATION_OOM_SCORE_ADJ = "koordinator.sh/oom-score-adj"
 ANNOTATION_OOM_SCORE_ADJ_SPEC = "koordinator.sh/oom-score-adj-spec"
 MIN_OOM_SCORE_ADJ = -1000
 MAX_OOM_SCORE_ADJ = 1000
+MAX_REPORTED = 4096  # (pod, annotation) pairs remembered for log-once; forgotten all at once beyond this
+
+BAD_ANNOTATIONS = Counter(
+    "koordqos_hooks_oom_score_adj_bad_annotation_total",
+    "Containers whose oom-score-adj annotation was ignored (every evaluation), by reason",
+    ["reason"],
+    registry=obs.REGISTRY,
+)
 
 
 def target_oom_score_adj(annotations: Mapping[str, str] | None, container: str) -> int | None:
@@ -63,9 +72,27 @@ class OOMScoreAdj:
     name = NAME
     gate = GATE
 
+    def __init__(self) -> None:
+        # (pod uid, annotation values) already logged: the reconciler re-evaluates every pass
+        self._reported: set[tuple[str, str, str]] = set()
+
     def stage_hooks(self) -> dict[Stage, tuple[str, HookFn]]:
         """Stage → (description, fn)."""
         return {Stage.PRE_CREATE_CONTAINER: ("set container oom_score_adj", self.set_container_oom_score_adj)}
+
+    def _first_report(self, req: ContainerRequest) -> bool:
+        annotations = req.pod_annotations or {}
+        key = (
+            req.pod_uid,
+            annotations.get(ANNOTATION_OOM_SCORE_ADJ, ""),
+            annotations.get(ANNOTATION_OOM_SCORE_ADJ_SPEC, ""),
+        )
+        if key in self._reported:
+            return False
+        if len(self._reported) >= MAX_REPORTED:
+            self._reported.clear()
+        self._reported.add(key)
+        return True
 
     def target(self, ctx: ContainerContext) -> int | None:
         """Wanted value for the container; None for sandboxes, absent/malformed/out-of-range annotations."""
@@ -75,23 +102,30 @@ class OOMScoreAdj:
         try:
             value = target_oom_score_adj(req.pod_annotations, req.container_name)
         except ValueError as exc:
-            obs.ERRORS.labels("hooks.oomscoreadj", "bad_annotation").inc()
-            log.warning(
-                "ignoring malformed oom-score-adj annotation",
-                pod=f"{req.pod_namespace}/{req.pod_name}",
-                container=req.container_name,
-                error=str(exc),
-            )
+            BAD_ANNOTATIONS.labels("malformed").inc()
+            if self._first_report(req):
+                obs.ERRORS.labels("hooks.oomscoreadj", "bad_annotation").inc()
+                log.warning(
+                    "ignoring malformed oom-score-adj annotation",
+                    pod=f"{req.pod_namespace}/{req.pod_name}",
+                    pod_uid=req.pod_uid,
+                    container=req.container_name,
+                    error=str(exc),
+                )
             return None
         if value is None:
             return None
         if not in_range(value):
-            log.warning(
-                "oom-score-adj out of range; ignored",
-                pod=f"{req.pod_namespace}/{req.pod_name}",
-                container=req.container_name,
-                value=value,
-            )
+            BAD_ANNOTATIONS.labels("out_of_range").inc()
+            if self._first_report(req):
+                obs.ERRORS.labels("hooks.oomscoreadj", "bad_annotation").inc()
+                log.warning(
+                    "oom-score-adj out of range; ignored",
+                    pod=f"{req.pod_namespace}/{req.pod_name}",
+                    pod_uid=req.pod_uid,
+                    container=req.container_name,
+                    value=value,
+                )
             return None
         return value
 

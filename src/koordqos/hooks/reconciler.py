@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from prometheus_client import Counter, Histogram
 
 from koordqos import observability as obs
 from koordqos.cgroups.executor import CgroupExecutor, CgroupWrite, Level
-from koordqos.cgroups.layout import CgroupLayout
+from koordqos.cgroups.layout import RUNTIME_SCOPE_PREFIX, CgroupLayout
 from koordqos.decisions import DecisionLog
 from koordqos.errors import CgroupError
 from koordqos.events.bus import EventBus
@@ -54,7 +54,7 @@ from koordqos.hooks.context import (
 )
 from koordqos.hooks.resources import ExtendedResourceSpecError, extended_from_annotation
 from koordqos.hooks.runtime import RuntimeHooks, pod_qos_condition
-from koordqos.model.pod import KubeQoS, PodInfo, QoSClass
+from koordqos.model.pod import ANNOTATION_DOCKER_TYPE, KubeQoS, PodInfo, QoSClass
 from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.hooks.reconciler")
@@ -98,6 +98,7 @@ class PassResult:
     writes: list[CgroupWrite] = field(default_factory=list)
     oom: list[tuple[str, int]] = field(default_factory=list)  # (container dir, value)
     cookies: list[tuple[str, str, str, bool, str]] = field(default_factory=list)
+    containers: set[str] = field(default_factory=set)  # "<pod uid>/<container id>" seen this pass
     errors: dict[str, str] = field(default_factory=dict)
     rules_updated: set[str] = field(default_factory=set)
 
@@ -124,6 +125,31 @@ def _pod_views(state: NodeState) -> Iterator[_PodView]:
 
 
 YIELD_EVERY_PODS = 20
+MAX_WARNED = 4096  # log-once memories; beyond this they are forgotten all at once (bounded memory)
+DEFAULT_RUNTIME = "containerd"
+_RUNTIME_OF_SCOPE = {prefix: runtime for runtime, prefix in RUNTIME_SCOPE_PREFIX.items()}
+
+
+def sandbox_runtime(
+    pod: PodInfo | None, annotations: Mapping[str, str], containers: Sequence[RuntimeContainer]
+) -> str:
+    """Runtime for the sandbox id (§2.3): that of the pod's first container, else containerd.
+
+    The first container status with a known `<runtime>://` prefix decides (containers, then init
+    containers); for pods known only through NRI, a systemd cgroups path ("slice:<scope prefix>:id")
+    or the docker annotation tells; containerd only when nothing does.
+    """
+    if pod is not None:
+        for c in (*pod.containers, *pod.init_containers):
+            if c.runtime in RUNTIME_SCOPE_PREFIX:
+                return c.runtime
+    for rc in containers:
+        parts = rc.cgroups_path.split(":")
+        if len(parts) == 3 and parts[1] in _RUNTIME_OF_SCOPE:
+            return _RUNTIME_OF_SCOPE[parts[1]]
+    if ANNOTATION_DOCKER_TYPE in annotations:
+        return "docker"
+    return DEFAULT_RUNTIME
 
 
 class HookReconciler:
@@ -156,7 +182,8 @@ class HookReconciler:
         self._trigger = "start"
         self.passes = 0
         self.last: PassResult | None = None
-        self._warned: set[str] = set()
+        self._warned: set[tuple[str, str]] = set()  # (pod uid, error) already logged
+        self._pass_errors_logged: set[str] = set()  # pass failure texts already logged
         if bus is not None:
             bus.subscribe(self.name, self._on_event, *TRIGGERS)
 
@@ -180,8 +207,7 @@ class HookReconciler:
             try:
                 await self.reconcile(self.bus.state, trigger)
             except Exception as exc:  # one bad pass must not stop the loop
-                obs.ERRORS.labels("hooks-reconciler", "pass").inc()
-                log.error("reconcile pass failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+                self._pass_failed(exc)
             self._trigger = "interval"
             # asyncio.timeout, not wait_for: wait_for (3.11) can swallow a cancellation that races a wakeup
             try:
@@ -193,6 +219,17 @@ class HookReconciler:
                 # woken by a change: let a burst of changes (a Synchronize, a re-list, a batch of container
                 # creations) settle into one pass instead of one full pass per event
                 await asyncio.sleep(min(self.settle, self.interval))
+
+    def _pass_failed(self, exc: Exception) -> None:
+        """Count every failed pass; log (with traceback) each distinct error text once."""
+        obs.ERRORS.labels("hooks-reconciler", "pass").inc()
+        text = f"{type(exc).__name__}: {exc}"
+        if text in self._pass_errors_logged:
+            return
+        if len(self._pass_errors_logged) >= MAX_WARNED:
+            self._pass_errors_logged.clear()
+        self._pass_errors_logged.add(text)
+        log.error("reconcile pass failed", error=text, exc_info=exc)
 
     # -- one pass ---------------------------------------------------------------------------------
 
@@ -210,8 +247,10 @@ class HookReconciler:
             await self.executor.apply(STRATEGY, result.writes, reason=f"reconcile ({trigger})")
         if result.oom:
             await asyncio.to_thread(self._apply_oom, result.oom)
-        if result.cookies:
-            await asyncio.to_thread(self._apply_cookies, result.cookies)
+        cs = self.hooks.core_sched
+        if cs is not None and cs.cookies is not None:
+            # also with no plans: containers that went away must leave the cookie caches
+            await asyncio.to_thread(self._apply_cookies, result.cookies, result.containers)
         self.passes += 1
         self.last = result
         RECONCILE_SECONDS.observe(time.perf_counter() - start)
@@ -234,7 +273,9 @@ class HookReconciler:
             result.writes += kube_qos_writes(kctx)
         bvt_changed = "GroupIdentity" in result.rules_updated
         known_pod_dirs: set[str] = set()
+        uids: set[str] = set()
         for view in _pod_views(state):
+            uids.add(view.uid)
             if view.pod is not None and view.pod.terminated:
                 continue
             try:
@@ -244,12 +285,17 @@ class HookReconciler:
             yield
         if bvt_changed:
             result.writes += self._dangling_bvt(known_pod_dirs)
+        if self._warned:
+            # pods that left the node: their errors may be logged again if they ever come back
+            self._warned = {k for k in self._warned if k[0] in uids}
 
     def _bad_pod(self, uid: str, exc: Exception, result: PassResult) -> None:
         result.errors[f"pod/{uid}"] = str(exc)
         RECONCILE_ERRORS.labels("pod").inc()
-        key = f"{uid}:{exc}"
+        key = (uid, str(exc))
         if key not in self._warned:
+            if len(self._warned) >= MAX_WARNED:
+                self._warned.clear()
             self._warned.add(key)
             obs.ERRORS.labels("hooks-reconciler", "bad_pod").inc()
             log.warning("pod skipped by the hooks reconciler", pod_uid=uid, error=str(exc))
@@ -286,6 +332,7 @@ class HookReconciler:
         result.writes += writes
         bvt = pctx.response.resources.cpu_bvt
         for cctx in self._container_contexts(view, pod_dir, extended):
+            result.containers.add(f"{cctx.request.pod_uid}/{cctx.request.container_id}")
             self._errors(result, "container", self.hooks.reconcile_container(cctx))
             result.writes += container_writes(cctx)
             if bvt_changed and bvt is not None and cctx.request.cgroup_parent:
@@ -300,6 +347,7 @@ class HookReconciler:
         labels = pod.labels if pod is not None else sb.labels if sb is not None else {}
         annotations = pod.annotations if pod is not None else sb.annotations if sb is not None else {}
         seen: set[str] = set()
+        runtime = sandbox_runtime(pod, annotations, view.containers)
         if pod is not None:
             for c in (*pod.init_containers, *pod.containers):
                 if not c.container_id or c.state == "terminated":
@@ -308,7 +356,7 @@ class HookReconciler:
                 cdir = self.layout.container_dir_in(pod_dir, c.container_id)
                 yield container_context_from_pod(pod, c, pod_dir, cdir, extended)
         if sb is not None and sb.id and pod_dir:
-            sandbox_id = f"containerd://{sb.id}"
+            sandbox_id = f"{runtime}://{sb.id}"
             yield ContainerContext(
                 ContainerRequest(
                     pod_uid=view.uid,
@@ -331,7 +379,7 @@ class HookReconciler:
                 ContainerRequest(
                     pod_uid=view.uid,
                     container_name=rc.name,
-                    container_id=f"containerd://{rc.id}",
+                    container_id=f"{runtime}://{rc.id}",
                     pod_namespace=sb.namespace if sb is not None else "",
                     pod_name=sb.name if sb is not None else "",
                     pod_labels=labels,
@@ -416,10 +464,11 @@ class HookReconciler:
             if updated:
                 log.debug("oom_score_adj set", cgroup=cdir, value=value, updated=updated, skipped=skipped)
 
-    def _apply_cookies(self, plans: Sequence[tuple[str, str, str, bool, str]]) -> None:
+    def _apply_cookies(self, plans: Sequence[tuple[str, str, str, bool, str]], live: Collection[str]) -> None:
         cs = self.hooks.core_sched
         if cs is None or cs.cookies is None:
             return
+        cs.cookies.prune(live, self.proc_root)
         for cdir, uid, cid, enabled, group in plans:
             try:
                 pids = _read_procs(self.layout, cdir)

@@ -7,6 +7,7 @@ see the model itself, so their rule parsing is testable with plain values.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -22,6 +23,10 @@ ANNOTATION_SYSTEM_QOS_RESOURCE = "node.koordinator.sh/system-qos-resource"
 
 class RuleError(ValueError):
     """A rule input that cannot be parsed; the rule keeps its previous value."""
+
+
+class RatioIgnored(RuleError):
+    """A cpu-normalization ratio that parses but is not finite ("inf", "nan"): treated as absent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +79,7 @@ def slo_view(slo: NodeSLO | None) -> SLOView:
 
 
 def cpu_normalization_ratio(node: NodeInfo | None) -> float:
-    """Ratio from the node annotation: -1 when absent; RuleError when unparsable or <= 0."""
+    """Node annotation ratio: -1 if absent; RatioIgnored if not finite; RuleError if unparsable or <= 0."""
     if node is None:
         raise RuleError("no node")
     raw = node.annotations.get(ANNOTATION_CPU_NORMALIZATION_RATIO)
@@ -84,6 +89,9 @@ def cpu_normalization_ratio(node: NodeInfo | None) -> float:
         ratio = float(raw)
     except ValueError:
         raise RuleError(f"{ANNOTATION_CPU_NORMALIZATION_RATIO}: not a number: {raw!r}") from None
+    if not math.isfinite(ratio):
+        # float() accepts "inf"/"nan"; quota/inf is 0, which no cgroup accepts
+        raise RatioIgnored(f"{ANNOTATION_CPU_NORMALIZATION_RATIO}: not finite: {raw!r}; treated as absent")
     if not ratio > 0:
         raise RuleError(f"{ANNOTATION_CPU_NORMALIZATION_RATIO}: must be > 0, got {raw!r}")
     return ratio

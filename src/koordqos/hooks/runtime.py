@@ -22,13 +22,20 @@ from koordqos.hooks.cpusetutil import has_pinned_cpuset
 from koordqos.hooks.framework import FailurePolicy, HookRegistry, StageResult, run_hooks
 from koordqos.hooks.groupidentity import BvtSystem, GroupIdentity
 from koordqos.hooks.oomscoreadj import OOMScoreAdj
-from koordqos.hooks.rules import RuleError, cpu_normalization_ratio, slo_view, topology_view
+from koordqos.hooks.rules import (
+    RatioIgnored,
+    RuleError,
+    cpu_normalization_ratio,
+    slo_view,
+    topology_view,
+)
 from koordqos.model.nodeslo import NodeSLO
 from koordqos.model.pod import NodeInfo, QoSClass
 
 log = structlog.get_logger("koordqos.hooks")
 
 ALL_QOS = frozenset(q.value for q in QoSClass)
+MAX_REPORTED = 1024  # distinct rule errors remembered for log-once; forgotten all at once beyond this
 
 
 def pod_qos_condition(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str:
@@ -95,6 +102,7 @@ class RuntimeHooks:
         self.pending_updates: set[str] = set()  # rule changes not yet reconciled
         self._slo: NodeSLO | bool | None = False  # False: never seen
         self._node: NodeInfo | bool | None = False
+        self._reported: set[str] = set()  # rule error texts already logged
         self.pod_reconcilers: list[Reconciler] = []
         self.container_reconcilers: list[Reconciler] = []
         self.sandbox_reconcilers: list[Reconciler] = []
@@ -178,12 +186,16 @@ class RuntimeHooks:
             self._node = node
             annotations = node.annotations if node is not None else {}
             if node is not None:
+                ratio: float | None
                 try:
                     ratio = cpu_normalization_ratio(node)
+                except RatioIgnored as exc:
+                    self._report("node cpu-normalization ratio ignored", exc)
+                    ratio = -1.0
                 except RuleError as exc:
-                    obs.ERRORS.labels("hooks", "bad_node_annotation").inc()
-                    log.warning("node rule not updated", error=str(exc))
-                else:
+                    self._report("node rule not updated", exc)
+                    ratio = None
+                if ratio is not None:
                     if self.batch is not None and self.batch.rule.update_ratio(ratio):
                         updated.add(self.batch.name)
                     if self.cpu_normalization is not None and self.cpu_normalization.update_rule(ratio):
@@ -193,10 +205,20 @@ class RuntimeHooks:
                     if self.cpuset.update_rule(topology_view(annotations)):
                         updated.add(self.cpuset.name)
                 except RuleError as exc:
-                    obs.ERRORS.labels("hooks", "bad_node_annotation").inc()
-                    log.warning("cpuset rule not updated", error=str(exc))
+                    self._report("cpuset rule not updated", exc)
         self.pending_updates |= updated
         return updated
+
+    def _report(self, message: str, exc: RuleError) -> None:
+        """Count a bad node annotation every time it is parsed; log each distinct error once."""
+        obs.ERRORS.labels("hooks", "bad_node_annotation").inc()
+        text = f"{message}: {exc}"
+        if text in self._reported:
+            return
+        if len(self._reported) >= MAX_REPORTED:
+            self._reported.clear()
+        self._reported.add(text)
+        log.warning(message, error=str(exc))
 
     def take_updates(self) -> set[str]:
         """Plugins whose rule changed since the last call (the reconciler re-applies their settings)."""
