@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import make_node, make_pod
@@ -409,3 +411,69 @@ def test_kubelet_policy_annotation_is_read() -> None:
     assert cpu_manager_policy(node) == "static"
     assert cpu_manager_policy(make_node(annotations={"kubelet.koordinator.sh/cpu-manager-policy": "x"})) == ""
     assert cpu_manager_policy(None) == ""
+
+
+async def test_recovery_is_remembered_only_once_its_write_landed(tmp_path: Path) -> None:
+    """A failed "-1" recovery write is retried next round instead of leaving BE capped until a restart."""
+    from koordqos.cgroups.executor import CgroupExecutor, Outcome, WriteResult
+    from koordqos.config import build_config
+    from koordqos.decisions import DecisionLog
+    from koordqos.events.types import NodeSLOUpdated, NodeUpdated
+    from koordqos.metrics.store import MetricStore
+    from koordqos.metrics.topology import read_topology
+    from koordqos.model.nodeslo import parse_nodeslo
+    from koordqos.model.pod import KubeQoS, NodeInfo
+    from koordqos.state import NodeState, reduce
+    from koordqos.strategies.cpusuppress import CPUSuppressStrategy
+    from koordqos.strategies.framework import StrategyEnv
+    from koordqos.testing.nodefs import SyntheticNode
+
+    node = SyntheticNode(tmp_path, cpus=8)
+    be_dir = node.layout.qos_dir(KubeQoS.BESTEFFORT)
+    node.write(be_dir, "cpu", "cpu.cfs_quota_us", 200000)  # left suppressed by an earlier run
+    state = reduce(
+        NodeState(), NodeUpdated(NodeInfo(name="n", capacity={"cpu": 8000}, allocatable={"cpu": 8000}))
+    )
+    slo = parse_nodeslo(
+        {"spec": {"resourceUsedThresholdWithBE": {"enable": False, "cpuSuppressPolicy": "cfsQuota"}}}
+    )
+    state = reduce(state, NodeSLOUpdated(slo))
+    decisions = DecisionLog()
+    real = CgroupExecutor(node.layout, decisions, force_update_seconds=0)
+    calls: list[list[str]] = []
+
+    class FailingOnce:
+        """The real executor, except that the first quota write fails (a transient EBUSY, say)."""
+
+        failed = False
+
+        async def apply_sequential(self, strategy: str, writes: Any, reason: str = "") -> list[WriteResult]:
+            calls.append([f"{w.resource}={w.value}" for w in writes])
+            out = []
+            for w in writes:
+                if w.resource == "cpu.cfs_quota_us" and not self.failed:
+                    self.failed = True
+                    out.append(WriteResult(w, Outcome.FAILED, error="Device or resource busy"))
+                else:
+                    out.append(await real.update(strategy, w, reason))
+            return out
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    services = {
+        "executor": FailingOnce(),
+        "cgroup_layout": node.layout,
+        "metric_store": MetricStore(600, 1.0),
+        "topology": read_topology(node.sys_root),
+    }
+    env = StrategyEnv(build_config({}), decisions, services)
+    strategy = CPUSuppressStrategy()
+    quota_writes = lambda: [c for c in calls if any(x.startswith("cpu.cfs_quota_us=") for x in c)]  # noqa: E731
+    await strategy.run_once(state, env)
+    assert node.read(be_dir, "cpu", "cpu.cfs_quota_us") == "200000"  # the write failed
+    await strategy.run_once(state, env)
+    assert node.read(be_dir, "cpu", "cpu.cfs_quota_us") == "-1"  # retried and landed
+    assert len(quota_writes()) == 2
+    await strategy.run_once(state, env)
+    assert len(quota_writes()) == 2  # recovered now: not written again

@@ -526,4 +526,12 @@ class CPUSuppressStrategy:
         """Plan from the current state and metrics, then write through the executor."""
         plan = self.core.plan(build_inputs(state, env))
         self.last_plan = plan
-        await env.apply(NAME, plan.writes)
+        results = await env.apply(NAME, plan.writes)
+        # A recovery is remembered as done only once its writes landed: a failed "-1" or full-cpuset write
+        # would otherwise leave BE capped at the last suppressed value until the agent restarts.
+        for r in results:
+            if r.ok:
+                continue
+            policy = Policy.CFS_QUOTA if r.write.resource == "cpu.cfs_quota_us" else Policy.CPUSET
+            if self.core.statuses.get(policy) is Status.RECOVERED:
+                self.core.statuses[policy] = Status.USING

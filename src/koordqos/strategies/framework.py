@@ -19,7 +19,7 @@ import structlog
 from prometheus_client import Counter, Histogram
 
 from koordqos import observability as obs
-from koordqos.cgroups.executor import CgroupWrite, Level
+from koordqos.cgroups.executor import CgroupWrite, Level, WriteResult
 from koordqos.config import AgentConfig
 from koordqos.decisions import DecisionLog
 from koordqos.errors import CgroupError
@@ -192,22 +192,24 @@ class StrategyEnv:
         except CgroupError:
             return None
 
-    async def apply(self, strategy: str, writes: Sequence[CgroupSet]) -> None:
+    async def apply(self, strategy: str, writes: Sequence[CgroupSet]) -> list[WriteResult]:
         """Hand writes to the executor in order (consecutive writes with the same reason go as one batch)."""
         executor = self.services.get("executor")
+        results: list[WriteResult] = []
         if executor is None or not writes:
-            return
+            return results
         batch: list[CgroupWrite] = []
         reason = writes[0].reason
         for w in writes:
             if batch and (w.reason != reason or len(batch) >= APPLY_CHUNK):
-                await executor.apply_sequential(strategy, batch, reason)
+                results += await executor.apply_sequential(strategy, batch, reason)
                 await asyncio.sleep(0)  # hundreds of cpuset dirs: never hold the loop for one long step
                 batch = []
             reason = w.reason
             batch.append(CgroupWrite(w.dir, w.resource, w.value, Level(min(w.level, 2)), w.cacheable))
         if batch:
-            await executor.apply_sequential(strategy, batch, reason)
+            results += await executor.apply_sequential(strategy, batch, reason)
+        return results
 
     # -- evictions -----------------------------------------------------------------------------------------
 
