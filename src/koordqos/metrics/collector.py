@@ -136,8 +136,7 @@ class MetricsCollector:
                 obs.ERRORS.labels("metrics-collector", type(exc).__name__).inc()
                 error = f"{type(exc).__name__}: {exc}"
                 if "round:" + error not in self._warned:  # the same failure every second is logged once
-                    self._warned.add("round:" + error)
-                    log.error("metrics round failed", error=error, exc_info=exc)
+                    self._warn_once("round:" + error, "metrics round failed", error=error, exc_info=exc)
             next_at += self.interval
             now = loop.time()
             if next_at < now:  # fell behind: skip missed rounds instead of bursting
