@@ -4,13 +4,14 @@
 * container (reconciler only; NRI carries container values in the adjustment): shares, a non-empty cpuset,
   quota and memory at the container dir; nothing when the dir is unknown. Container bvt/idle are never
   written here: containers inherit the pod's value;
-* kube-QoS dir: bvt and idle.
+* kube-QoS dir: bvt and idle;
+* host application (injectForOrigin, then injectForExt): a non-empty cpuset, then bvt and idle.
 """
 
 from __future__ import annotations
 
 from koordqos.cgroups.executor import CgroupWrite, Level
-from koordqos.hooks.context import ContainerContext, KubeQoSContext, PodContext
+from koordqos.hooks.context import ContainerContext, HostAppContext, KubeQoSContext, PodContext
 from koordqos.hooks.resources import Resources
 
 
@@ -60,3 +61,15 @@ def container_writes(ctx: ContainerContext) -> list[CgroupWrite]:
 def kube_qos_writes(ctx: KubeQoSContext) -> list[CgroupWrite]:
     """Kube-QoS dir intents (bvt, idle)."""
     return _ext(ctx.cgroup_parent, ctx.response.resources, Level.QOS)
+
+
+def host_app_writes(ctx: HostAppContext) -> list[CgroupWrite]:
+    """Host application intents at its cgroup dir (nothing when the dir is unknown)."""
+    parent = ctx.request.cgroup_parent
+    if not parent:
+        return []
+    res = ctx.response.resources
+    out: list[CgroupWrite] = []
+    if res.cpuset:
+        out.append(CgroupWrite(parent, "cpuset.cpus", res.cpuset, Level.POD))
+    return out + _ext(parent, res, Level.POD)

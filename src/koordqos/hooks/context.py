@@ -1,4 +1,5 @@
-"""Hook stages and the pod / container / kube-QoS contexts hooks read (request) and fill (response).
+"""Hook stages and the pod / container / kube-QoS / host-app contexts hooks read (request) and fill
+(response).
 
 Contexts are independent of how they were built: NRI (`nri/convert.py`), the proxy hook service or the
 reconciler all produce the same objects, and hooks never see a protocol message.
@@ -158,6 +159,31 @@ class KubeQoSContext:
 
     kube_qos: KubeQoS
     cgroup_parent: str
+    response: PodResponse = field(default_factory=PodResponse)
+
+
+def qos_from_name(raw: str) -> QoSClass:
+    """A QoS class name as written in a spec (host applications' `qos`); unknown or empty is NONE."""
+    try:
+        return QoSClass(raw)
+    except ValueError:
+        return QoSClass.NONE
+
+
+@dataclass(slots=True)
+class HostAppRequest:
+    """What hooks know about a NodeSLO host application (runtime-hooks.md §2.5)."""
+
+    name: str
+    qos: QoSClass = QoSClass.NONE
+    cgroup_parent: str = ""  # checked and confined by whoever built the context
+
+
+@dataclass(slots=True)
+class HostAppContext:
+    """A host-application reconcile (reconciler only): cpuset and bvt of the app's cgroup."""
+
+    request: HostAppRequest
     response: PodResponse = field(default_factory=PodResponse)
 
 

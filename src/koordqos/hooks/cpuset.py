@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from koordqos.hooks.context import ContainerContext, PodContext, Stage
+from koordqos.hooks.context import ContainerContext, HostAppContext, PodContext, Stage
 from koordqos.hooks.cpusetutil import parse_resource_status
 from koordqos.hooks.framework import HookFn
 from koordqos.hooks.rules import CPUSharePool, TopologyView
@@ -122,3 +122,9 @@ class CPUSetAllocator:
         if qos is not QoSClass.LS:
             raise ValueError(f"host application qos {qos.value or 'None'}: only LS is supported")
         return _join(self.rule.share_pools)
+
+    def set_host_app_cpuset(self, ctx: HostAppContext) -> None:
+        """Host application cpuset (SetHostAppCPUSet); ValueError for a QoS other than LS."""
+        cpuset = self.host_app_cpuset(ctx.request.qos)
+        if cpuset is not None:
+            ctx.response.resources.cpuset = cpuset

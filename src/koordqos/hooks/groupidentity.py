@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from koordqos.hooks.context import KubeQoSContext, PodContext, Stage
+from koordqos.hooks.context import HostAppContext, KubeQoSContext, PodContext, Stage
 from koordqos.hooks.framework import HookFn
 from koordqos.hooks.resources import Resources
 from koordqos.hooks.rules import SLOView
@@ -155,6 +155,12 @@ class GroupIdentity:
         if rule is None:
             return None
         return rule.pod_qos_params.get(qos, 0)
+
+    def set_host_app_bvt_value(self, ctx: HostAppContext) -> None:
+        """Host application bvt by its QoS (SetHostAppBvtValue)."""
+        bvt = self.host_app_bvt(ctx.request.qos)
+        if bvt is not None:
+            self._set(ctx.response.resources, bvt)
 
 
 def parse_cpu_qos_annotation(raw: str) -> tuple[bool, int | None]:

@@ -6,6 +6,10 @@ runs the applicable reconcile functions, and applies the intents through the cgr
 leveled, cacheable batch, so unchanged values are not rewritten and settings missed while the agent or
 the runtime was down converge. Pods in phase Succeeded/Failed are skipped (project decision §8.6).
 
+NodeSLO host applications (§1.7, §2.5) are reconciled in the same pass: bvt and cpuset at the app's
+cgroup dir. Since rules are re-parsed at the start of every pass, a GroupIdentity or CPUSetAllocator
+rule change rewrites the host apps in the pass that sees it (the rule callbacks' host-app step).
+
 Pods are taken from the API server view (PodInfo) and, for pods known only through NRI (local mode),
 from the runtime's sandboxes and containers; both go through the same code.
 """
@@ -41,19 +45,24 @@ from koordqos.events.types import (
     RuntimeSandboxUpserted,
     RuntimeSynchronized,
 )
-from koordqos.hooks.completion import container_writes, kube_qos_writes, pod_writes
+from koordqos.hooks.completion import container_writes, host_app_writes, kube_qos_writes, pod_writes
 from koordqos.hooks.context import (
     ContainerContext,
     ContainerRequest,
+    HostAppContext,
+    HostAppRequest,
     KubeQoSContext,
     PodContext,
     PodRequest,
     container_context_from_pod,
     pod_context_from_pod,
     pod_extended,
+    qos_from_name,
 )
 from koordqos.hooks.resources import ExtendedResourceSpecError, extended_from_annotation
 from koordqos.hooks.runtime import RuntimeHooks, pod_qos_condition
+from koordqos.metrics.hostapp import host_app_dir
+from koordqos.model.nodeslo import CgroupPath, HostApplicationSpec
 from koordqos.model.pod import ANNOTATION_DOCKER_TYPE, KubeQoS, PodInfo, QoSClass
 from koordqos.state import NodeState
 
@@ -101,6 +110,7 @@ class PassResult:
     containers: set[str] = field(default_factory=set)  # "<pod uid>/<container id>" seen this pass
     errors: dict[str, str] = field(default_factory=dict)
     rules_updated: set[str] = field(default_factory=set)
+    host_apps: dict[str, str] = field(default_factory=dict)  # host application name → its cgroup dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +193,7 @@ class HookReconciler:
         self.passes = 0
         self.last: PassResult | None = None
         self._warned: set[tuple[str, str]] = set()  # (pod uid, error) already logged
+        self._apps_warned: set[tuple[str, str]] = set()  # (host app name, error) already logged
         self._pass_errors_logged: set[str] = set()  # pass failure texts already logged
         if bus is not None:
             bus.subscribe(self.name, self._on_event, *TRIGGERS)
@@ -285,6 +296,7 @@ class HookReconciler:
             yield
         if bvt_changed:
             result.writes += self._dangling_bvt(known_pod_dirs)
+        self._host_apps(state.node_slo.host_applications if state.node_slo is not None else (), result)
         if self._warned:
             # pods that left the node: their errors may be logged again if they ever come back
             self._warned = {k for k in self._warned if k[0] in uids}
@@ -299,6 +311,41 @@ class HookReconciler:
             self._warned.add(key)
             obs.ERRORS.labels("hooks-reconciler", "bad_pod").inc()
             log.warning("pod skipped by the hooks reconciler", pod_uid=uid, error=str(exc))
+
+    # -- host applications (§1.7) -----------------------------------------------------------------
+
+    def _host_apps(self, apps: Sequence[HostApplicationSpec], result: PassResult) -> None:
+        """Bvt and cpuset of every NodeSLO host application; a refused app is skipped, the rest go on."""
+        names: set[str] = set()
+        for app in apps:
+            if app.name in names:
+                # the first one wins, as for the host-app usage metrics
+                self._bad_app(app.name, "", "duplicate host application name; first kept", result)
+                continue
+            names.add(app.name)
+            try:
+                ctx = host_app_context(self.layout, app)
+            except CgroupError as exc:  # PathEscapeError (counted by the layout) included
+                self._bad_app(app.name, "", f"cgroup dir refused: {exc}", result)
+                continue
+            result.host_apps[app.name] = ctx.request.cgroup_parent
+            for key, error in self.hooks.reconcile_host_app(ctx).items():
+                self._bad_app(app.name, key, error, result)
+            result.writes += host_app_writes(ctx)
+        if self._apps_warned:
+            self._apps_warned = {k for k in self._apps_warned if k[0] in names}
+
+    def _bad_app(self, name: str, hook: str, error: str, result: PassResult) -> None:
+        """Count every time; log each distinct (app, error) once while the app stays in the NodeSLO."""
+        RECONCILE_ERRORS.labels("hostapp").inc()
+        result.errors["/".join(p for p in ("hostapp", name, hook) if p)] = error
+        key = (name, f"{hook}: {error}" if hook else error)
+        if key in self._apps_warned:
+            return
+        if len(self._apps_warned) >= MAX_WARNED:
+            self._apps_warned.clear()
+        self._apps_warned.add(key)
+        log.warning("host application not fully reconciled", host_app=name, hook=hook, error=error)
 
     def _errors(self, result: PassResult, level: str, errors: Mapping[str, str]) -> None:
         for k, v in errors.items():
@@ -490,6 +537,26 @@ class HookReconciler:
                 cs.cookies.disable(uid, cid, pids)
 
 
+def host_app_cgroup_path(app: HostApplicationSpec) -> CgroupPath:
+    """The app's cgroupPath, or the default one (§2.5): host-latency-sensitive / host-best-effort / root."""
+    if app.cgroup_path is not None:
+        return app.cgroup_path
+    qos = qos_from_name(app.qos)
+    if qos in (QoSClass.LSE, QoSClass.LSR, QoSClass.LS):
+        parent = "host-latency-sensitive"
+    elif qos is QoSClass.BE:
+        parent = "host-best-effort"
+    else:
+        parent = ""
+    return CgroupPath(base="CgroupRoot", parentDir=parent, relativePath=app.name)
+
+
+def host_app_context(layout: CgroupLayout, app: HostApplicationSpec) -> HostAppContext:
+    """HostAppContext with the checked, confined cgroup dir (CgroupError / PathEscapeError if refused)."""
+    rel = host_app_dir(layout, host_app_cgroup_path(app))
+    return HostAppContext(HostAppRequest(name=app.name, qos=qos_from_name(app.qos), cgroup_parent=rel))
+
+
 def _subdirs(layout: CgroupLayout, rel: str) -> list[str]:
     try:
         base = layout.subsystem_dir(rel, "cpu")
@@ -540,4 +607,12 @@ def qos_of(pod: PodInfo) -> QoSClass:
     return QoSClass(pod_qos_condition(pod.labels, pod.annotations))
 
 
-__all__ = ["HookReconciler", "PassResult", "pod_extended", "qos_of", "set_oom_score_adj"]
+__all__ = [
+    "HookReconciler",
+    "PassResult",
+    "host_app_cgroup_path",
+    "host_app_context",
+    "pod_extended",
+    "qos_of",
+    "set_oom_score_adj",
+]

@@ -14,7 +14,14 @@ import structlog
 
 from koordqos import observability as obs
 from koordqos.hooks.batchresource import BatchResource
-from koordqos.hooks.context import ContainerContext, KubeQoSContext, PodContext, Stage, qos_from_labels
+from koordqos.hooks.context import (
+    ContainerContext,
+    HostAppContext,
+    KubeQoSContext,
+    PodContext,
+    Stage,
+    qos_from_labels,
+)
 from koordqos.hooks.coresched import CoreSched
 from koordqos.hooks.cpunormalization import CPUNormalization
 from koordqos.hooks.cpuset import CPUSetAllocator
@@ -107,6 +114,7 @@ class RuntimeHooks:
         self.container_reconcilers: list[Reconciler] = []
         self.sandbox_reconcilers: list[Reconciler] = []
         self.kube_qos_reconcilers: list[Reconciler] = []
+        self.host_app_reconcilers: list[Reconciler] = []  # one per resource (§1.7)
         for plugin in self.plugins:
             for stage, (desc, fn) in plugin.stage_hooks().items():
                 self.registry.register(stage, plugin.name, desc, fn)
@@ -149,6 +157,7 @@ class RuntimeHooks:
             for lst in (self.container_reconcilers, self.sandbox_reconcilers):
                 lst.append(Reconciler(c.name, "cpuset.cpus", c.set_cpuset_and_unset_cfs, pinned))
                 lst.append(Reconciler(c.name, "cpuset.cpus", c.set_container_cpuset, unpinned))
+            self.host_app_reconcilers.append(Reconciler(c.name, "cpuset.cpus", c.set_host_app_cpuset))
         if self.cpu_normalization is not None:
             n = self.cpu_normalization
             self.pod_reconcilers.append(Reconciler(n.name, "cpu.cfs_quota_us", n.adjust_pod_cfs_quota, share))
@@ -160,6 +169,9 @@ class RuntimeHooks:
             self.pod_reconcilers.append(Reconciler(gi.name, "cpu.bvt_warp_ns", gi.set_pod_bvt_value))
             self.kube_qos_reconcilers.append(
                 Reconciler(gi.name, "cpu.bvt_warp_ns", gi.set_kube_qos_bvt_value)
+            )
+            self.host_app_reconcilers.append(
+                Reconciler(gi.name, "cpu.bvt_warp_ns", gi.set_host_app_bvt_value)
             )
         if self.core_sched is not None:
             self.kube_qos_reconcilers.append(
@@ -259,3 +271,7 @@ class RuntimeHooks:
     def reconcile_kube_qos(self, ctx: KubeQoSContext) -> dict[str, str]:
         """Run the kube-QoS-dir reconcilers."""
         return self._reconcile(self.kube_qos_reconcilers, "", ctx)
+
+    def reconcile_host_app(self, ctx: HostAppContext) -> dict[str, str]:
+        """Run the host-application reconcilers (cpuset, then bvt)."""
+        return self._reconcile(self.host_app_reconcilers, "", ctx)
