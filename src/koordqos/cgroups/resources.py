@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from koordqos.errors import CgroupError
+from koordqos.model.cpuset import cpu_set, format_cpuset
 
 CFS_BASE_PERIOD = 100_000
 MAX_INT64 = 9_223_372_036_854_775_807
@@ -124,40 +125,15 @@ def _device_value(value: int | str) -> str | None:
 
 # -- cpusets -------------------------------------------------------------------------------------
 
-_CPUSET_PART = re.compile(r"^(\d+)(?:-(\d+))?$")
 MAX_CPU_ID = 1 << 16
 
 
 def parse_cpuset(text: str) -> frozenset[int]:
     """Parse a kernel cpu list ("0-3,8,10-11"; "" is empty) into a set; ValueError on malformed text."""
-    text = text.strip()
-    if not text:
-        return frozenset()
-    cpus: set[int] = set()
-    for part in text.split(","):
-        m = _CPUSET_PART.match(part.strip())
-        if not m:
-            raise ValueError(f"malformed cpuset {text!r}")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        if hi < lo or hi >= MAX_CPU_ID:
-            raise ValueError(f"malformed cpuset range {part!r}")
-        cpus.update(range(lo, hi + 1))
-    return frozenset(cpus)
-
-
-def format_cpuset(cpus: Iterable[int]) -> str:
-    """Format CPU ids as a kernel cpu list with ranges ("0-3,8")."""
-    ids = sorted(set(cpus))
-    parts: list[str] = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(parts)
+    cpus = cpu_set(text)
+    if cpus and max(cpus) >= MAX_CPU_ID:
+        raise ValueError(f"malformed cpuset range in {text!r}")
+    return cpus
 
 
 # -- conversions ---------------------------------------------------------------------------------

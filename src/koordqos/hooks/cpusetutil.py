@@ -7,43 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
+from koordqos.model.cpuset import cpu_set, format_cpuset
 from koordqos.model.quantity import to_milli
 
 ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 
 
-def parse_cpuset(text: str) -> frozenset[int]:
-    """Parse a Linux cpuset list; ValueError on anything else."""
-    cpus: set[int] = set()
-    text = text.strip()
-    if not text:
-        return frozenset()
-    for part in text.split(","):
-        part = part.strip()
-        lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(f"invalid cpuset {text!r}")
-        a, b = int(lo), int(hi) if sep else int(lo)
-        if b < a:
-            raise ValueError(f"invalid cpuset {text!r}: range {part} is reversed")
-        cpus.update(range(a, b + 1))
-    return frozenset(cpus)
-
-
-def format_cpuset(cpus: frozenset[int] | set[int]) -> str:
-    """Canonical cpuset list ("0-3,8")."""
-    out: list[str] = []
-    run: list[int] = []
-    for c in sorted(cpus):
-        if run and c == run[-1] + 1:
-            run.append(c)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [c]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
+parse_cpuset = cpu_set  # one cpu-list parser for the whole project (koordqos.model.cpuset)
+__all__ = ["format_cpuset", "parse_cpuset"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,14 @@ def parse_cpuset(text: str) -> tuple[int, ...]:
     return tuple(sorted(cpus))
 
 
+def cpu_set(text: str) -> frozenset[int]:
+    """Like `parse_cpuset`, as a set, raising ValueError (for cgroup values and hook inputs)."""
+    try:
+        return frozenset(parse_cpuset(text))
+    except ModelError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def format_cpuset(cpus: Iterable[int]) -> str:
     """(0, 1, 2, 3, 8) → `"0-3,8"` (sorted, ranges collapsed)."""
     ids = sorted(set(cpus))

@@ -16,10 +16,10 @@ from enum import StrEnum
 
 from prometheus_client import Gauge
 
-from koordqos.cgroups.resources import format_cpuset
 from koordqos.config import AgentConfig
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
+from koordqos.model.cpuset import format_cpuset
 from koordqos.model.nodeslo import NodeSLO, is_feature_disabled
 from koordqos.model.pod import KubeQoS, NodeInfo, PodInfo, QoSClass
 from koordqos.observability import REGISTRY

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
-from koordqos.cgroups.resources import CgroupVersion, format_cpuset
+from koordqos.cgroups.resources import CgroupVersion
+from koordqos.model.cpuset import format_cpuset
 from koordqos.model.pod import KubeQoS, PodInfo
 
 GiB = 1 << 30
