@@ -251,34 +251,47 @@ def node_usage_task(inp: CPUEvictInputs, t: ResourceThresholdStrategy, node: Nod
     )
 
 
-def allocatable_task(inp: CPUEvictInputs, t: ResourceThresholdStrategy, node: NodeInfo) -> EvictTask | None:
-    """Trigger C: release requests of low-priority pods beyond the allocatable share."""
-    prio = t.allocatable_evict_priority_threshold or 0
-    release = allocatable_release(
-        inp.pods,
-        node,
-        "cpu",
-        t.cpu_allocatable_evict_threshold_percent or 0,
-        t.cpu_allocatable_evict_lower_percent or 0,
-        prio,
-    )
+def allocatable_evict_task(
+    pods: Sequence[PodInfo],
+    node: NodeInfo,
+    feature: str,
+    resource: str,
+    threshold_percent: int,
+    lower_percent: int,
+    priority_threshold: int,
+) -> EvictTask | None:
+    """CPU/MemoryAllocatableEvict: release the requests of low-priority pods beyond the allocatable share."""
+    release = allocatable_release(pods, node, resource, threshold_percent, lower_percent, priority_threshold)
     if not release:
         return None
-    feature = "CPUAllocatableEvict"
+    by = "milli_cpu_request" if resource == "cpu" else "memory_request"
 
     def build(pod: PodInfo, base: PodEvictInfo) -> PodEvictInfo | None:
-        _, value = request_type_and_value(pod, "cpu")
+        _, value = request_type_and_value(pod, resource)
         return PodEvictInfo(
-            base.pod, base.priority, base.label_priority, base.eviction_priority, milli_cpu_request=value
+            base.pod, base.priority, base.label_priority, base.eviction_priority, **{by: value}
         )
 
-    infos = sort_by_priority(inp.pods, feature, prio, build, lambda i: i.milli_cpu_request)
+    infos = sort_by_priority(pods, feature, priority_threshold, build, lambda i: getattr(i, by))
     return EvictTask(
         feature,
         tuple(i.pod for i in infos),
         ReleaseTarget.POD_RESOURCE_REQUEST,
         release,
-        allocatable_pod_resource(release, "cpu"),
+        allocatable_pod_resource(release, resource),
+    )
+
+
+def allocatable_task(inp: CPUEvictInputs, t: ResourceThresholdStrategy, node: NodeInfo) -> EvictTask | None:
+    """Trigger C: release requests of low-priority pods beyond the allocatable share."""
+    return allocatable_evict_task(
+        inp.pods,
+        node,
+        "CPUAllocatableEvict",
+        "cpu",
+        t.cpu_allocatable_evict_threshold_percent or 0,
+        t.cpu_allocatable_evict_lower_percent or 0,
+        t.allocatable_evict_priority_threshold or 0,
     )
 
 

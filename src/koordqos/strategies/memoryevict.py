@@ -18,8 +18,7 @@ from koordqos.model.pod import NodeInfo, PodInfo
 from koordqos.state import NodeState
 from koordqos.strategies.cpuevict import (
     EvictPlan,
-    allocatable_pod_resource,
-    allocatable_release,
+    allocatable_evict_task,
     log_outcome,
     report_plan,
 )
@@ -27,7 +26,6 @@ from koordqos.strategies.eviction import (
     EvictTask,
     PodEvictInfo,
     ReleaseTarget,
-    request_type_and_value,
     sort_be_pods_for_memory,
     sort_by_priority,
 )
@@ -128,32 +126,14 @@ def memory_allocatable_task(
     inp: MemoryEvictInputs, t: ResourceThresholdStrategy, node: NodeInfo
 ) -> EvictTask | None:
     """MemoryAllocatableEvict: the ledger of batch/mid/standard memory requests."""
-    prio = t.allocatable_evict_priority_threshold or 0
-    release = allocatable_release(
+    return allocatable_evict_task(
         inp.pods,
         node,
+        "MemoryAllocatableEvict",
         "memory",
         t.memory_allocatable_evict_threshold_percent or 0,
         t.memory_allocatable_evict_lower_percent or 0,
-        prio,
-    )
-    if not release:
-        return None
-    feature = "MemoryAllocatableEvict"
-
-    def build(pod: PodInfo, base: PodEvictInfo) -> PodEvictInfo | None:
-        _, value = request_type_and_value(pod, "memory")
-        return PodEvictInfo(
-            base.pod, base.priority, base.label_priority, base.eviction_priority, memory_request=value
-        )
-
-    infos = sort_by_priority(inp.pods, feature, prio, build, lambda i: i.memory_request)
-    return EvictTask(
-        feature,
-        tuple(i.pod for i in infos),
-        ReleaseTarget.POD_RESOURCE_REQUEST,
-        release,
-        allocatable_pod_resource(release, "memory"),
+        t.allocatable_evict_priority_threshold or 0,
     )
 
 
