@@ -219,3 +219,25 @@ async def test_duplicate_names_are_refused() -> None:
     bus.register_hook(Create, "h", lambda e, s: None)
     with pytest.raises(ValueError, match="already"):
         bus.register_hook(Create, "h", lambda e, s: None)
+
+
+async def test_synchronous_hook_past_the_deadline_stops_the_request() -> None:
+    """asyncio.timeout cannot interrupt a hook that never awaits: the overrun is still detected."""
+    import time
+
+    bus = EventBus()
+
+    def slow(ev: Create, state: NodeState) -> None:
+        time.sleep(0.08)  # the hook under test blocks; this is its behaviour, not a wait
+        ev.trace.append("slow")
+
+    def after(ev: Create, state: NodeState) -> None:
+        ev.trace.append("after")
+
+    bus.register_hook(Create, "a-slow", slow)
+    bus.register_hook(Create, "b-after", after)
+    result = await bus.request(Create(), deadline=0.02)
+    assert result.timed_out
+    assert result.event.trace == ["slow"]  # the next hook did not run
+    with pytest.raises(TimeoutException, match="a-slow"):
+        await bus.request(Create(), deadline=0.02, policy="Fail")

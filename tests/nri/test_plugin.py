@@ -368,6 +368,35 @@ async def test_failure_policy(sock_path: Path, start_plugin: Callable[..., NRIPl
         assert not rt.links[0].dropped.is_set()  # an error status is not fatal
 
 
+async def test_a_failing_synchronize_hook_never_keeps_nri_down_under_fail(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+) -> None:
+    """An error reply to Synchronize makes the runtime close the plugin, and it would fail the same way on
+    every reconnect: Synchronize always runs its hooks under Ignore."""
+
+    def broken(ev: NRISynchronize, state: Any) -> None:
+        raise ValueError("boom")
+
+    bus.register_hook(NRISynchronize, "broken", broken)
+    async with MockRuntime(sock_path) as rt:
+        rt.pods, rt.containers = sample_node(3, 2)
+        plugin = start_plugin(failure_policy="Fail")
+        link = await rt.wait_joined(timeout=5)
+        assert not link.dropped.is_set()
+        await plugin.wait_connected(5)
+        assert len(rt.links) == 1  # joined once, no reconnect loop
+
+
+def test_disabled_stages_leave_the_nri_subscription() -> None:
+    from koordqos.nri.plugin import DEFAULT_EVENTS, event_bit, mask_without_stages
+
+    mask = mask_without_stages(DEFAULT_EVENTS, ["PreCreateContainer", "PostStopContainer"])
+    assert not mask & event_bit(api.CREATE_CONTAINER)
+    assert mask & event_bit(api.RUN_POD_SANDBOX)
+    assert mask & event_bit(api.STOP_CONTAINER)  # no NRI event carries PostStopContainer's hooks alone
+    assert mask_without_stages(DEFAULT_EVENTS, []) == DEFAULT_EVENTS
+
+
 async def test_update_containers_needs_a_connection(bus: EventBus, sock_path: Path) -> None:
     plugin = NRIPlugin(bus, settings(sock_path))
     with pytest.raises(NRINotConnectedError):

@@ -247,6 +247,7 @@ class EventBus:
         state = self._state
         start = time.perf_counter()
         current = ""
+        end = start + deadline
         try:
             async with asyncio.timeout(deadline):
                 for hook in hooks:
@@ -270,6 +271,10 @@ class EventBus:
                         )
                         if policy == "Fail":
                             raise HookError(f"hook {hook.name} failed: {exc}") from exc
+                    if time.perf_counter() > end:
+                        # asyncio.timeout only fires at an await: a synchronous hook that ran past the
+                        # deadline is caught here, and no further hook runs
+                        raise TimeoutError
         except TimeoutError:
             result.timed_out = True
             obs.HOOK_ERRORS.labels(current, "timeout").inc()

@@ -19,13 +19,14 @@ def setup(ctx: AgentContext) -> list[Component]:
     if not ctx.config.nri.enabled:
         ctx.status["nri"] = "disabled"
         return []
-    from koordqos.nri.plugin import NRIPlugin
+    from koordqos.nri.plugin import DEFAULT_EVENTS, NRIPlugin, mask_without_stages
 
     plugin = NRIPlugin.from_env(
         ctx.bus,
         ctx.config.nri,
         failure_policy=ctx.config.hooks.failure_policy,
         status=ctx.status,
+        events_mask=mask_without_stages(DEFAULT_EVENTS, ctx.config.hooks.disable_stages),
     )
     ctx.services["nri_plugin"] = plugin
     return [plugin]

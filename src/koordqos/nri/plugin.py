@@ -91,6 +91,23 @@ DEFAULT_EVENTS = (
 _FORBIDDEN_EVENTS = event_bit(api.VALIDATE_CONTAINER_ADJUSTMENT) | event_bit(api.UPDATE_POD_SANDBOX)
 
 
+# The NRI events that carry each runtime-hook stage: `--runtime-hooks-disable-stages` takes them out of the
+# subscription, so a disabled stage costs the runtime no round trip (project decision, runtime-hooks §4).
+STAGE_EVENTS: dict[str, int] = {
+    "PreRunPodSandbox": event_bit(api.RUN_POD_SANDBOX),
+    "PreCreateContainer": event_bit(api.CREATE_CONTAINER),
+    "PreUpdateContainerResources": event_bit(api.UPDATE_CONTAINER),
+    "PreRemoveRunPodSandbox": event_bit(api.REMOVE_POD_SANDBOX),
+}
+
+
+def mask_without_stages(mask: int, disabled: Sequence[str]) -> int:
+    """`mask` less the events of the disabled stages (stages with no NRI event change nothing)."""
+    for stage in disabled:
+        mask &= ~STAGE_EVENTS.get(stage, 0)
+    return mask
+
+
 def _norm(name: str) -> str:
     return re.sub(r"[^a-z]", "", name.lower())
 
@@ -243,11 +260,13 @@ class PluginSession:
         # never wait for a full subscriber queue on the reply path: the runtime's clock is running
         self.bus.publish_nowait(event)
 
-    async def _request(self, event: Any, received: float, timeout_nano: int) -> None:
+    async def _request(
+        self, event: Any, received: float, timeout_nano: int, policy: FailurePolicy | None = None
+    ) -> None:
         """Run the hooks for `event` within the deadline; under Fail a failure becomes an error reply."""
         deadline = hook_deadline(self.request_timeout, time.monotonic() - received, timeout_nano)
         try:
-            await self.bus.request(event, deadline, self.plugin.failure_policy)
+            await self.bus.request(event, deadline, policy or self.plugin.failure_policy)
         except (HookError, TimeoutException) as exc:
             # a plain error status, as a Go handler returning an error: the runtime fails the operation
             raise _ErrorReply(Code.UNKNOWN, str(exc)) from None
@@ -308,7 +327,13 @@ class PluginSession:
         self._sync_pods, self._sync_containers, self._sync_started = [], [], None
         self._replace_state(pods, containers)
         event = NRISynchronize(pods=pods, containers=containers, reconnect=self.plugin.syncs > 0)
-        await self._request(event, started, timeout_nano)
+        # The runtime's timeout_nano already has the time spent on earlier chunks taken off: measured from
+        # this chunk then. Without it the first chunk's arrival starts the clock.
+        since = received if timeout_nano > 0 else started
+        # Always Ignore here: an error reply to Synchronize makes the runtime close the connection, and the
+        # same error on every reconnect would keep NRI down for good (koordlet answers Synchronize with no
+        # error in every case). What the hooks computed is sent; the reconciler covers the rest.
+        await self._request(event, since, timeout_nano, policy="Ignore")
         updates = event.effective_updates()
         self.plugin.syncs += 1
         self.synced.set()
