@@ -236,3 +236,25 @@ def test_event_masks() -> None:
             validate_event_mask(bad)
     with pytest.raises(ConfigError):
         NRIPlugin(EventBus(), NRISettings(), events_mask=0)
+
+
+async def test_prelaunched_plugin_dials_the_socket_after_the_runtime_closed_its_fd(
+    sock_path: Path, runner: PluginRunner, bus: EventBus
+) -> None:
+    """The runtime never relaunches a plugin it dropped: the plugin must come back by itself."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    rt = MockRuntime(sock_path)
+    try:
+        plugin = NRIPlugin.from_env(bus, settings(sock_path), {"NRI_PLUGIN_SOCKET": str(theirs.fileno())})
+        theirs.detach()
+        await rt.adopt(ours)
+        runner.start(plugin)
+        first = await rt.wait_joined(timeout=5)
+        await rt.start()  # the runtime's socket is there too
+        rt._drop(first, "slow reply")  # the runtime drops the pre-launched plugin
+        second = await rt.wait_joined(timeout=10, after=1)
+        assert second is not first
+        assert plugin.socket_fd is None
+        await plugin.wait_connected(5)
+    finally:
+        await rt.stop()

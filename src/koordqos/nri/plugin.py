@@ -597,10 +597,13 @@ class NRIPlugin:
                 healthy = await self._session(failures)
                 failures = 0 if healthy else failures + 1
                 if self.socket_fd is not None:
-                    # launched by the runtime over a socketpair: there is nothing to reconnect to
-                    self._set_status("disconnected")
-                    log.warning("NRI runtime closed the pre-connected socket; NRI stays off")
-                    await asyncio.Event().wait()
+                    # Launched by the runtime over a socketpair, which it closed (after a slow reply, say):
+                    # it never relaunches a plugin it dropped, so dial its socket like an external plugin.
+                    self.socket_fd = None
+                    log.warning(
+                        "NRI runtime closed the pre-connected socket; connecting to its socket instead",
+                        socket=str(self.settings.socket),
+                    )
                 delay = self.backoff(failures + 1)
                 self._set_status("backoff")
                 log.debug("NRI reconnecting", retry_in_s=round(delay, 3), failures=failures)
