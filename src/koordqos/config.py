@@ -65,8 +65,8 @@ class NRISettings(_Group):
     @field_validator("plugin_name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
-            raise ValueError("may contain only letters, digits, '_', '.' and '-'")
+        if not re.fullmatch(r"[A-Za-z0-9_.+-]+", v):
+            raise ValueError("may contain only letters, digits, '_', '.', '+' and '-'")
         return v
 
 

@@ -289,6 +289,29 @@ async def test_unknown_methods_get_unimplemented(
         assert not rt.links[0].dropped.is_set()
 
 
+async def test_a_reply_over_4_mib_becomes_resource_exhausted(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+) -> None:
+    calls = 0
+
+    def huge_once(ev: NRICreateContainer, state: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            ev.adjust.annotations["example.com/huge"] = "v" * (5 << 20)
+
+    bus.register_hook(NRICreateContainer, "huge", huge_once)
+    async with MockRuntime(sock_path) as rt:
+        start_plugin()
+        await rt.wait_joined(timeout=5)
+        pod = sample_pod(1)
+        with pytest.raises(RuntimeCallError, match="exceeds") as err:
+            await rt.create_container(pod, sample_container(pod, 0))
+        assert err.value.code == 8  # RESOURCE_EXHAUSTED: the operation fails, the plugin is not dropped
+        assert not rt.links[0].dropped.is_set()
+        assert await rt.create_container(pod, sample_container(pod, 1)) is not None
+
+
 async def test_replies_larger_than_4096_bytes(
     sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
 ) -> None:

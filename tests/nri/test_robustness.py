@@ -258,3 +258,24 @@ async def test_prelaunched_plugin_dials_the_socket_after_the_runtime_closed_its_
         await plugin.wait_connected(5)
     finally:
         await rt.stop()
+
+
+def test_mock_refuses_replies_a_real_runtime_refuses() -> None:
+    """The mock is as strict as pkg/adaptation on replies, so a plugin that sends these fails the tests."""
+    from koordqos.testing.mock_nri import PluginLink
+
+    pod = sample_pod(1)
+    ctr = sample_container(pod, 0)
+    link = PluginLink.__new__(PluginLink)
+    link.index, link.name = "00", "test"
+    create = api.CreateContainerRequest(pod=pod, container=ctr)
+    own = api.CreateContainerResponse(update=[api.ContainerUpdate(container_id=ctr.id)])
+    with pytest.raises(RuntimeCallError, match="during creation"):
+        MockRuntime._check_reply(link, "CreateContainer", create, own)
+    anonymous = api.UpdateContainerResponse(update=[api.ContainerUpdate()])
+    with pytest.raises(RuntimeCallError, match="without a container id"):
+        MockRuntime._check_reply(
+            link, "UpdateContainer", api.UpdateContainerRequest(pod=pod, container=ctr), anonymous
+        )
+    fine = api.CreateContainerResponse(update=[api.ContainerUpdate(container_id="other")])
+    MockRuntime._check_reply(link, "CreateContainer", create, fine)

@@ -23,6 +23,7 @@ from koordqos.nri import metrics as m
 from koordqos.nri.api import ttrpc_pb2
 from koordqos.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, MuxDecoder, frames_for
 from koordqos.nri.ttrpc import (
+    MAX_DATA_SIZE,
     ClientStreams,
     Code,
     Message,
@@ -171,6 +172,13 @@ class NRIConnection(asyncio.Protocol):
                 exc_info=exc,
             )
             reply = encode_response(code=Code.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+        if len(reply) > MAX_DATA_SIZE:
+            # the peer would refuse it (and kill the connection): say so with a status it can handle
+            log.error("NRI reply too large", role=self.role, method=req.method, size=len(reply))
+            reply = encode_response(
+                code=Code.RESOURCE_EXHAUSTED,
+                message=f"reply of {len(reply)} bytes exceeds the {MAX_DATA_SIZE}-byte ttrpc limit",
+            )
         try:
             await self.send(self.serve_conn, stream_id, MessageType.RESPONSE, reply)
         except ConnectionClosedError:

@@ -440,6 +440,7 @@ class MockRuntime:
             if not use_state_change:
                 try:
                     resp = await self._call(link, method, req, resp_cls, started)
+                    self._check_reply(link, method, req, resp)
                     self.calls.append((method, resp))
                     return resp
                 except RuntimeCallError as exc:
@@ -454,6 +455,27 @@ class MockRuntime:
             await self._call(link, "StateChange", sc, api.Empty, started)
             self.calls.append(("StateChange:" + method, None))
             return resp_cls()
+
+    @staticmethod
+    def _check_reply(link: PluginLink, method: str, req: ProtoMessage, resp: ProtoMessage) -> None:
+        """What pkg/adaptation refuses in a reply (§7.2): the operation then fails, as on a real runtime."""
+        updates = getattr(resp, "update", ())
+        if method == "CreateContainer":
+            own = req.container.id  # type: ignore[attr-defined]
+            if any(u.container_id == own for u in updates):
+                raise RuntimeCallError(
+                    method,
+                    Code.UNKNOWN,
+                    f"plugin {link.index}-{link.name} asked update of {own} during creation",
+                )
+        if method in ("CreateContainer", "UpdateContainer", "StopContainer") and any(
+            not u.container_id for u in updates
+        ):
+            raise RuntimeCallError(
+                method,
+                Code.UNKNOWN,
+                f"plugin {link.index}-{link.name} sent an update without a container id",
+            )
 
     # convenience wrappers -----------------------------------------------------------------------
 
