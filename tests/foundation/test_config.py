@@ -124,3 +124,12 @@ def test_disable_stages_flag_is_a_comma_separated_list() -> None:
         parse("--runtime-hooks-disable-stages", "PreCreateContainer, PostStopContainer"), env={}
     )
     assert cfg.hooks.disable_stages == ("PreCreateContainer", "PostStopContainer")
+
+
+def test_nri_plugin_name_accepts_what_the_runtime_accepts() -> None:
+    assert (
+        load_config(parse("--nri-plugin-name", "koord+qos_v1.2-x"), env={}).nri.plugin_name
+        == "koord+qos_v1.2-x"
+    )
+    with pytest.raises(ConfigError, match="nri.plugin_name"):
+        load_config(parse("--nri-plugin-name", "bad/name"), env={})
