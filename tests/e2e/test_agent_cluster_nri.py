@@ -1,0 +1,112 @@
+"""The agent as a real subprocess in cluster mode: fake API server, mock NRI runtime, synthetic node."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from koordqos.model.pod import parse_pod
+from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_pod
+from koordqos.testing.mock_nri import MockRuntime, sample_container, sample_pod
+from koordqos.testing.nodefs import SyntheticNode
+
+pytestmark = pytest.mark.e2e
+NODE = "e2e-node"
+GI = 1 << 30
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def ready(port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                    if resp.status == 200:
+                        return True
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    return False
+
+
+async def test_be_pod_from_the_api_gets_batch_limits_over_nri(tmp_path: Path) -> None:
+    node = SyntheticNode(tmp_path / "node")
+    api = FakeAPIServer()
+    await api.start()
+    api.upsert("nodes", make_node(NODE))
+    sandbox = sample_pod(7, "besteffort")
+    sandbox.labels["koordinator.sh/qosClass"] = "BE"  # the kubelet gives the sandbox the pod's labels
+    raw = make_pod(
+        sandbox.name,
+        NODE,
+        uid=sandbox.uid,
+        qos="BE",
+        requests={"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": "4Gi"},
+        limits={"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "4Gi"},
+    )
+    api.upsert("pods", raw)
+    pod_dir = node.add_pod(parse_pod(raw))
+    assert f"/{pod_dir}" == sandbox.linux.cgroup_parent  # the runtime and the layout agree on the dir
+    runtime = MockRuntime(tmp_path / "nri.sock")
+    await runtime.start()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
+    cmd = [
+        sys.executable,
+        "-m",
+        "koordqos",
+        "run",
+        "--kubeconfig",
+        str(api.write_kubeconfig(tmp_path / "kc")),
+        "--node-name",
+        NODE,
+        "--cgroup-root",
+        str(node.cgroup_root),
+        "--proc-root",
+        str(node.proc_root),
+        "--sys-root",
+        str(node.sys_root),
+        "--nri-socket",
+        str(tmp_path / "nri.sock"),
+        "--http-addr",
+        f"127.0.0.1:{port}",
+        "--log-format",
+        "json",
+    ]
+    proc = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=asyncio.subprocess.PIPE)
+    try:
+        await runtime.wait_joined(timeout=30)
+        assert await ready(port, 30), "agent never became ready"
+        await runtime.run_pod_sandbox(sandbox)
+        # pod-level values are written before RunPodSandbox is answered
+        assert node.read(pod_dir, "cpu", "cpu.cfs_quota_us") == "200000"
+        assert node.read(pod_dir, "cpu", "cpu.shares") == "1536"
+        assert node.read(pod_dir, "memory", "memory.limit_in_bytes") == str(4 * GI)
+        ctr = sample_container(sandbox, 0)
+        ctr.name = "main"  # the API pod's container
+        resp = await runtime.create_container(sandbox, ctr)
+        assert resp is not None
+        res = resp.adjust.linux.resources
+        assert (res.cpu.quota.value, res.cpu.shares.value, res.memory.limit.value) == (200000, 1536, 4 * GI)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await runtime.stop()
+        await api.stop()
