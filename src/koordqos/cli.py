@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     cfg_sub = cfg.add_subparsers(dest="config_command", parser_class=_Parser, required=True)
     val = cfg_sub.add_parser("validate", help="validate a NodeSLO or agent config file")
     val.add_argument("file", type=Path)
+    cfg_sub.add_parser("flags", help="print every flag, its environment variable and default (Markdown)")
     return parser
 
 
@@ -44,6 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"koordqos {__version__}")
             return 0
         if args.command == "config":
+            if args.config_command == "flags":
+                from koordqos.config import flags_markdown
+
+                print(flags_markdown(), end="")
+                return 0
             return validate_file(args.file)
         return run_agent(args)
     except KoordQoSError as exc:

@@ -65,3 +65,12 @@ def test_valid_agent_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["version"]) == 0
     assert capsys.readouterr().out.startswith("koordqos ")
+
+
+def test_configuration_page_is_current(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/configuration.md is `python -m koordqos config flags`: regenerate it when a flag changes."""
+    assert main(["config", "flags"]) == 0
+    out = capsys.readouterr().out
+    page = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+    assert page.read_text() == out, "run: python -m koordqos config flags > docs/configuration.md"
+    assert "`--dry-run` | `KOORDQOS_DRY_RUN` | `false`" in out
