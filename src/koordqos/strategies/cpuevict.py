@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import structlog
 
@@ -311,14 +312,27 @@ class EvictPlan:
     invalid: dict[str, str]
 
 
-def plan_cpu_evict(inp: CPUEvictInputs) -> EvictPlan:
-    """The CPU eviction tasks of one round, in koordlet's feature order."""
+class _EvictInputs(Protocol):
+    @property
+    def node(self) -> NodeInfo | None: ...
+    @property
+    def slo(self) -> NodeSLO | None: ...
+    @property
+    def gates(self) -> Mapping[str, bool]: ...
+
+
+In = TypeVar("In", bound=_EvictInputs)
+Trigger = Callable[[In, ResourceThresholdStrategy, NodeInfo], "EvictTask | None"]
+
+
+def plan_evict(inp: In, resource: str, triggers: Mapping[str, Trigger[In]], missing_config: str) -> EvictPlan:
+    """The eviction tasks of one round, features in `triggers`' (koordlet's fixed) order."""
     plan = EvictPlan([], {}, {})
     node = inp.node
-    if node is None or node.capacity.get("cpu", 0) <= 0:
-        plan.skipped["*"] = "node or its cpu capacity unknown"
+    if node is None or node.capacity.get(resource, 0) <= 0:
+        plan.skipped["*"] = f"node or its {resource} capacity unknown"
         return plan
-    for feature in FEATURES:
+    for feature, trigger in triggers.items():
         if not inp.gates.get(feature, False):
             continue
         disabled, err = is_feature_disabled(inp.slo, feature)
@@ -328,12 +342,17 @@ def plan_cpu_evict(inp: CPUEvictInputs) -> EvictPlan:
         t = inp.slo.resource_used_threshold_with_be if inp.slo is not None else None
         invalid = VALIDATORS[feature](t)
         if invalid is not None or t is None:
-            plan.invalid[feature] = invalid or "ResourceThresholdStrategy not config"
+            plan.invalid[feature] = invalid or missing_config
             continue
-        task = _TRIGGERS[feature](inp, t, node)
+        task = trigger(inp, t, node)
         if task is not None:
             plan.tasks.append(task)
     return plan
+
+
+def plan_cpu_evict(inp: CPUEvictInputs) -> EvictPlan:
+    """The CPU eviction tasks of one round, in koordlet's feature order."""
+    return plan_evict(inp, "cpu", {f: _TRIGGERS[f] for f in FEATURES}, "ResourceThresholdStrategy not config")
 
 
 def report_plan(env: StrategyEnv, strategy: str, plan: EvictPlan) -> None:

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from koordqos.config import AgentConfig
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
-from koordqos.model.nodeslo import NodeSLO, ResourceThresholdStrategy, is_feature_disabled
+from koordqos.model.nodeslo import NodeSLO, ResourceThresholdStrategy
 from koordqos.model.pod import NodeInfo, PodInfo
 from koordqos.state import NodeState
 from koordqos.strategies.cpuevict import (
     EvictPlan,
     allocatable_evict_task,
     log_outcome,
+    plan_evict,
     report_plan,
 )
 from koordqos.strategies.eviction import (
@@ -31,7 +32,7 @@ from koordqos.strategies.eviction import (
 )
 from koordqos.strategies.framework import StrategyEnv
 from koordqos.strategies.intents import REASON_EVICT_BY_NODE_MEMORY_USAGE
-from koordqos.strategies.thresholds import VALIDATORS, memory_evict_lower
+from koordqos.strategies.thresholds import memory_evict_lower
 
 NAME = "MemoryEvict"
 FEATURES = ("BEMemoryEvict", "MemoryAllocatableEvict", "MemoryEvict")  # koordlet's fixed order
@@ -146,27 +147,9 @@ _TRIGGERS = {
 
 def plan_memory_evict(inp: MemoryEvictInputs) -> EvictPlan:
     """The memory eviction tasks of one round, in koordlet's feature order."""
-    plan = EvictPlan([], {}, {})
-    node = inp.node
-    if node is None or node.capacity.get("memory", 0) <= 0:
-        plan.skipped["*"] = "node or its memory capacity unknown"
-        return plan
-    for feature in FEATURES:
-        if not inp.gates.get(feature, False):
-            continue
-        disabled, err = is_feature_disabled(inp.slo, feature)
-        if err is not None or disabled:
-            plan.skipped[feature] = err or "disabled by NodeSLO"
-            continue
-        t = inp.slo.resource_used_threshold_with_be if inp.slo is not None else None
-        invalid = VALIDATORS[feature](t)
-        if invalid is not None or t is None:
-            plan.invalid[feature] = invalid or "resourceThresholdStrategy not config"
-            continue
-        task = _TRIGGERS[feature](inp, t, node)
-        if task is not None:
-            plan.tasks.append(task)
-    return plan
+    return plan_evict(
+        inp, "memory", {f: _TRIGGERS[f] for f in FEATURES}, "resourceThresholdStrategy not config"
+    )
 
 
 class MemoryEvictStrategy:
