@@ -286,131 +286,6 @@ class PodCPUQOSConfig(_Spec):
 
 # -- defaults and merge ------------------------------------------------------------------------------------
 
-#: koordlet's `sloconfig.DefaultNodeSLOSpecConfig()`, in wire form (camelCase), before the None-merge.
-DEFAULT_SPEC: Mapping[str, Any] = {
-    "resourceUsedThresholdWithBE": {
-        "enable": False,
-        "cpuSuppressThresholdPercent": 65,
-        "cpuSuppressPolicy": "cpuset",
-        "memoryEvictThresholdPercent": 70,
-        "cpuEvictPolicy": "evictByRealLimit",
-    },
-    "resourceQOSStrategy": {
-        "policies": {"cpuPolicy": "groupIdentity", "netQOSPolicy": "tc"},
-        "lsrClass": {
-            "cpuQOS": {"enable": False, "groupIdentity": 2, "schedIdle": 0, "coreExpeller": True},
-            "memoryQOS": {
-                "enable": False,
-                "minLimitPercent": 0,
-                "lowLimitPercent": 0,
-                "throttlingPercent": 0,
-                "wmarkRatio": 95,
-                "wmarkScalePermill": 20,
-                "wmarkMinAdj": -25,
-                "priorityEnable": 0,
-                "priority": 0,
-                "oomKillGroup": 0,
-            },
-            "resctrlQOS": {
-                "enable": False,
-                "catRangeStartPercent": 0,
-                "catRangeEndPercent": 100,
-                "mbaPercent": 100,
-            },
-            "blkioQOS": {"enable": False},
-            "networkQOS": {
-                "enable": False,
-                "ingressRequest": 0,
-                "ingressLimit": 100,
-                "egressRequest": 0,
-                "egressLimit": 100,
-            },
-        },
-        "lsClass": {
-            "cpuQOS": {"enable": False, "groupIdentity": 2, "schedIdle": 0, "coreExpeller": True},
-            "memoryQOS": {
-                "enable": False,
-                "minLimitPercent": 0,
-                "lowLimitPercent": 0,
-                "throttlingPercent": 0,
-                "wmarkRatio": 95,
-                "wmarkScalePermill": 20,
-                "wmarkMinAdj": -25,
-                "priorityEnable": 0,
-                "priority": 0,
-                "oomKillGroup": 0,
-            },
-            "resctrlQOS": {
-                "enable": False,
-                "catRangeStartPercent": 0,
-                "catRangeEndPercent": 100,
-                "mbaPercent": 100,
-            },
-            "blkioQOS": {"enable": False},
-            "networkQOS": {
-                "enable": False,
-                "ingressRequest": 0,
-                "ingressLimit": 100,
-                "egressRequest": 0,
-                "egressLimit": 100,
-            },
-        },
-        "beClass": {
-            "cpuQOS": {"enable": False, "groupIdentity": -1, "schedIdle": 0, "coreExpeller": False},
-            "memoryQOS": {
-                "enable": False,
-                "minLimitPercent": 0,
-                "lowLimitPercent": 0,
-                "throttlingPercent": 0,
-                "wmarkRatio": 95,
-                "wmarkScalePermill": 20,
-                "wmarkMinAdj": 50,
-                "priorityEnable": 0,
-                "priority": 0,
-                "oomKillGroup": 0,
-            },
-            "resctrlQOS": {
-                "enable": False,
-                "catRangeStartPercent": 0,
-                "catRangeEndPercent": 30,
-                "mbaPercent": 100,
-            },
-            "blkioQOS": {"enable": False},
-            "networkQOS": {
-                "enable": False,
-                "ingressRequest": 0,
-                "ingressLimit": 100,
-                "egressRequest": 0,
-                "egressLimit": 100,
-            },
-        },
-        "systemClass": {
-            "cpuQOS": {"enable": False, "groupIdentity": 0, "schedIdle": 0, "coreExpeller": False},
-            "memoryQOS": {
-                "enable": False,
-                "minLimitPercent": 0,
-                "lowLimitPercent": 0,
-                "throttlingPercent": 0,
-                "wmarkRatio": 0,
-                "wmarkScalePermill": 50,
-                "wmarkMinAdj": 0,
-                "priorityEnable": 0,
-                "priority": 0,
-                "oomKillGroup": 0,
-            },
-        },
-    },
-    "cpuBurstStrategy": {
-        "policy": "none",
-        "cpuBurstPercent": 1000,
-        "cfsQuotaBurstPercent": 300,
-        "cfsQuotaBurstPeriodSeconds": -1,
-        "sharePoolThresholdPercent": 50,
-    },
-    "systemStrategy": {"totalNetworkBandwidth": "0"},
-    "extensions": {},
-}
-
 #: Values a disabled class carries instead of its configured ones (koordlet's None templates).
 NONE_CPU_QOS: Mapping[str, Any] = {"groupIdentity": 0, "schedIdle": 0, "coreExpeller": False}
 NONE_MEMORY_QOS: Mapping[str, Any] = {
@@ -428,6 +303,67 @@ NONE_RESCTRL_QOS: Mapping[str, Any] = {
     "catRangeStartPercent": 0,
     "catRangeEndPercent": 100,
     "mbaPercent": 100,
+}
+
+
+def _class_defaults(
+    group_identity: int, core_expeller: bool, wmark_min_adj: int, cat_end: int
+) -> dict[str, Any]:
+    """One QoS class's default block (LSR and LS share theirs; BE differs in four values)."""
+    return {
+        "cpuQOS": {
+            "enable": False,
+            "groupIdentity": group_identity,
+            "schedIdle": 0,
+            "coreExpeller": core_expeller,
+        },
+        "memoryQOS": {
+            **NONE_MEMORY_QOS,
+            "enable": False,
+            "wmarkRatio": 95,
+            "wmarkScalePermill": 20,
+            "wmarkMinAdj": wmark_min_adj,
+        },
+        "resctrlQOS": {**NONE_RESCTRL_QOS, "enable": False, "catRangeEndPercent": cat_end},
+        "blkioQOS": {"enable": False},
+        "networkQOS": {
+            "enable": False,
+            "ingressRequest": 0,
+            "ingressLimit": 100,
+            "egressRequest": 0,
+            "egressLimit": 100,
+        },
+    }
+
+
+#: koordlet's `sloconfig.DefaultNodeSLOSpecConfig()`, in wire form (camelCase), before the None-merge.
+DEFAULT_SPEC: Mapping[str, Any] = {
+    "resourceUsedThresholdWithBE": {
+        "enable": False,
+        "cpuSuppressThresholdPercent": 65,
+        "cpuSuppressPolicy": "cpuset",
+        "memoryEvictThresholdPercent": 70,
+        "cpuEvictPolicy": "evictByRealLimit",
+    },
+    "resourceQOSStrategy": {
+        "policies": {"cpuPolicy": "groupIdentity", "netQOSPolicy": "tc"},
+        "lsrClass": _class_defaults(2, True, -25, 100),
+        "lsClass": _class_defaults(2, True, -25, 100),
+        "beClass": _class_defaults(-1, False, 50, 30),
+        "systemClass": {
+            "cpuQOS": {"enable": False, **NONE_CPU_QOS},
+            "memoryQOS": {"enable": False, **NONE_MEMORY_QOS},
+        },
+    },
+    "cpuBurstStrategy": {
+        "policy": "none",
+        "cpuBurstPercent": 1000,
+        "cfsQuotaBurstPercent": 300,
+        "cfsQuotaBurstPeriodSeconds": -1,
+        "sharePoolThresholdPercent": 50,
+    },
+    "systemStrategy": {"totalNetworkBandwidth": "0"},
+    "extensions": {},
 }
 
 _MERGED_KEYS = (
