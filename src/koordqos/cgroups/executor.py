@@ -43,6 +43,7 @@ from koordqos.cgroups.resources import (
 )
 from koordqos.decisions import DecisionLog
 from koordqos.errors import CgroupError, PathEscapeError
+from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.cgroups.executor")
 
@@ -151,7 +152,7 @@ class CgroupExecutor:
         self._cache: dict[tuple[str, str], tuple[str, float]] = {}  # (parent, resource) → (value, when)
         self._paths: dict[tuple[str, str], str] = {}  # (parent, resource) → confined file path
         self._counters: dict[tuple[str, str], Any] = {}
-        self._warned: set[tuple[str, str]] = set()
+        self._warned: SeenOnce[tuple[str, str]] = SeenOnce()
         self.file_reads = 0
         self.file_writes = 0
 
@@ -378,10 +379,7 @@ class CgroupExecutor:
         CGROUP_WRITES.labels(resource, outcome.value).inc()
         obs.ERRORS.labels("cgroup-executor", outcome.value).inc()
         key = (f"{w.parent}/{w.resource}", outcome.value)
-        if key not in self._warned:
-            if len(self._warned) > 4096:
-                self._warned.clear()
-            self._warned.add(key)
+        if self._warned.first(key):
             log.warning(
                 "cgroup write not applied",
                 strategy=strategy,

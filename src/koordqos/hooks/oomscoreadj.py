@@ -16,6 +16,7 @@ from prometheus_client import Counter
 from koordqos import observability as obs
 from koordqos.hooks.context import ContainerContext, ContainerRequest, Stage
 from koordqos.hooks.framework import HookFn
+from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.hooks.oomscoreadj")
 
@@ -74,7 +75,7 @@ class OOMScoreAdj:
 
     def __init__(self) -> None:
         # (pod uid, annotation values) already logged: the reconciler re-evaluates every pass
-        self._reported: set[tuple[str, str, str]] = set()
+        self._reported: SeenOnce[tuple[str, str, str]] = SeenOnce(MAX_REPORTED)
 
     def stage_hooks(self) -> dict[Stage, tuple[str, HookFn]]:
         """Stage → (description, fn)."""
@@ -87,12 +88,7 @@ class OOMScoreAdj:
             annotations.get(ANNOTATION_OOM_SCORE_ADJ, ""),
             annotations.get(ANNOTATION_OOM_SCORE_ADJ_SPEC, ""),
         )
-        if key in self._reported:
-            return False
-        if len(self._reported) >= MAX_REPORTED:
-            self._reported.clear()
-        self._reported.add(key)
-        return True
+        return self._reported.first(key)
 
     def target(self, ctx: ContainerContext) -> int | None:
         """Wanted value for the container; None for sandboxes, absent/malformed/out-of-range annotations."""

@@ -64,6 +64,7 @@ from koordqos.hooks.runtime import RuntimeHooks, pod_qos_condition
 from koordqos.metrics.hostapp import host_app_dir
 from koordqos.model.nodeslo import CgroupPath, HostApplicationSpec
 from koordqos.model.pod import ANNOTATION_DOCKER_TYPE, KubeQoS, PodInfo, QoSClass
+from koordqos.once import SeenOnce
 from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.hooks.reconciler")
@@ -192,9 +193,9 @@ class HookReconciler:
         self._trigger = "start"
         self.passes = 0
         self.last: PassResult | None = None
-        self._warned: set[tuple[str, str]] = set()  # (pod uid, error) already logged
-        self._apps_warned: set[tuple[str, str]] = set()  # (host app name, error) already logged
-        self._pass_errors_logged: set[str] = set()  # pass failure texts already logged
+        self._warned: SeenOnce[tuple[str, str]] = SeenOnce(MAX_WARNED)  # (pod uid, error) already logged
+        self._apps_warned: SeenOnce[tuple[str, str]] = SeenOnce(MAX_WARNED)  # (host app, error) logged
+        self._pass_errors_logged: SeenOnce[str] = SeenOnce(MAX_WARNED)  # pass failure texts logged
         if bus is not None:
             bus.subscribe(self.name, self._on_event, *TRIGGERS)
 
@@ -235,12 +236,8 @@ class HookReconciler:
         """Count every failed pass; log (with traceback) each distinct error text once."""
         obs.ERRORS.labels("hooks-reconciler", "pass").inc()
         text = f"{type(exc).__name__}: {exc}"
-        if text in self._pass_errors_logged:
-            return
-        if len(self._pass_errors_logged) >= MAX_WARNED:
-            self._pass_errors_logged.clear()
-        self._pass_errors_logged.add(text)
-        log.error("reconcile pass failed", error=text, exc_info=exc)
+        if self._pass_errors_logged.first(text):
+            log.error("reconcile pass failed", error=text, exc_info=exc)
 
     # -- one pass ---------------------------------------------------------------------------------
 
@@ -297,18 +294,14 @@ class HookReconciler:
         if bvt_changed:
             result.writes += self._dangling_bvt(known_pod_dirs)
         self._host_apps(state.node_slo.host_applications if state.node_slo is not None else (), result)
-        if self._warned:
-            # pods that left the node: their errors may be logged again if they ever come back
-            self._warned = {k for k in self._warned if k[0] in uids}
+        # pods that left the node: their errors may be logged again if they ever come back
+        self._warned.retain(lambda k: k[0] in uids)
 
     def _bad_pod(self, uid: str, exc: Exception, result: PassResult) -> None:
         result.errors[f"pod/{uid}"] = str(exc)
         RECONCILE_ERRORS.labels("pod").inc()
         key = (uid, str(exc))
-        if key not in self._warned:
-            if len(self._warned) >= MAX_WARNED:
-                self._warned.clear()
-            self._warned.add(key)
+        if self._warned.first(key):
             obs.ERRORS.labels("hooks-reconciler", "bad_pod").inc()
             log.warning("pod skipped by the hooks reconciler", pod_uid=uid, error=str(exc))
 
@@ -332,20 +325,15 @@ class HookReconciler:
             for key, error in self.hooks.reconcile_host_app(ctx).items():
                 self._bad_app(app.name, key, error, result)
             result.writes += host_app_writes(ctx)
-        if self._apps_warned:
-            self._apps_warned = {k for k in self._apps_warned if k[0] in names}
+        self._apps_warned.retain(lambda k: k[0] in names)
 
     def _bad_app(self, name: str, hook: str, error: str, result: PassResult) -> None:
         """Count every time; log each distinct (app, error) once while the app stays in the NodeSLO."""
         RECONCILE_ERRORS.labels("hostapp").inc()
         result.errors["/".join(p for p in ("hostapp", name, hook) if p)] = error
         key = (name, f"{hook}: {error}" if hook else error)
-        if key in self._apps_warned:
-            return
-        if len(self._apps_warned) >= MAX_WARNED:
-            self._apps_warned.clear()
-        self._apps_warned.add(key)
-        log.warning("host application not fully reconciled", host_app=name, hook=hook, error=error)
+        if self._apps_warned.first(key):
+            log.warning("host application not fully reconciled", host_app=name, hook=hook, error=error)
 
     def _errors(self, result: PassResult, level: str, errors: Mapping[str, str]) -> None:
         for k, v in errors.items():

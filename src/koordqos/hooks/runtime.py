@@ -38,6 +38,7 @@ from koordqos.hooks.rules import (
 )
 from koordqos.model.nodeslo import NodeSLO
 from koordqos.model.pod import NodeInfo, QoSClass
+from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.hooks")
 
@@ -109,7 +110,7 @@ class RuntimeHooks:
         self.pending_updates: set[str] = set()  # rule changes not yet reconciled
         self._slo: NodeSLO | bool | None = False  # False: never seen
         self._node: NodeInfo | bool | None = False
-        self._reported: set[str] = set()  # rule error texts already logged
+        self._reported: SeenOnce[str] = SeenOnce(MAX_REPORTED)  # rule error texts already logged
         self.pod_reconcilers: list[Reconciler] = []
         self.container_reconcilers: list[Reconciler] = []
         self.sandbox_reconcilers: list[Reconciler] = []
@@ -225,12 +226,8 @@ class RuntimeHooks:
         """Count a bad node annotation every time it is parsed; log each distinct error once."""
         obs.ERRORS.labels("hooks", "bad_node_annotation").inc()
         text = f"{message}: {exc}"
-        if text in self._reported:
-            return
-        if len(self._reported) >= MAX_REPORTED:
-            self._reported.clear()
-        self._reported.add(text)
-        log.warning(message, error=str(exc))
+        if self._reported.first(text):
+            log.warning(message, error=str(exc))
 
     def take_updates(self) -> set[str]:
         """Plugins whose rule changed since the last call (the reconciler re-applies their settings)."""

@@ -49,6 +49,7 @@ from koordqos.events.types import (
 from koordqos.kube.sources import NodeSLOSource
 from koordqos.model.node import NodeInfo
 from koordqos.model.pod import ContainerInfo, KubeQoS, PodInfo
+from koordqos.once import SeenOnce
 
 if TYPE_CHECKING:
     from koordqos.agent import AgentContext
@@ -264,7 +265,7 @@ class LocalSources:
         self._published: dict[str, tuple[KubeQoS, tuple[ContainerInfo, ...]]] = {}  # by sandbox id
         self._dirty: set[str] = set()  # sandbox ids whose containers changed since the last flush
         self._wake = asyncio.Event()
-        self._warned: set[str] = set()
+        self._warned: SeenOnce[str] = SeenOnce()
         self.republished = 0  # PodUpserted sent for container changes (observability, tests)
         ctx.bus.subscribe(
             "local-pods",
@@ -416,12 +417,8 @@ class LocalSources:
 
     def _mismatch(self, level: str, key: str, msg: str, **kw: str) -> None:
         CGROUP_MISMATCH.labels(level).inc()
-        if key in self._warned:
-            return
-        if len(self._warned) > 4096:
-            self._warned.clear()
-        self._warned.add(key)
-        log.warning(msg, level=level, id=key, **kw)
+        if self._warned.first(key):
+            log.warning(msg, level=level, id=key, **kw)
 
     async def run(self) -> None:
         """Publish node and NodeSLO, mark every source synced, then poll the file and procfs (and

@@ -32,6 +32,7 @@ from koordqos.kube.watch import WatchEvent
 from koordqos.model.node import NodeInfo, parse_node
 from koordqos.model.nodeslo import NodeSLO, default_nodeslo, parse_nodeslo
 from koordqos.model.pod import PodInfo, parse_pod
+from koordqos.once import SeenOnce
 
 if TYPE_CHECKING:
     from koordqos.events.bus import EventBus
@@ -62,7 +63,7 @@ def _uid(obj: Any) -> str:
     return str(_meta(obj).get("uid", ""))
 
 
-_malformed_seen: set[str] = set()
+_malformed_seen: SeenOnce[str] = SeenOnce()
 
 
 def _parse(parse: Callable[[Any], T], raw: Any, kind: str) -> T | None:
@@ -75,10 +76,7 @@ def _parse(parse: Callable[[Any], T], raw: Any, kind: str) -> T | None:
         obs.ERRORS.labels("kube", f"malformed-{kind}").inc()
         meta = _meta(raw)
         key = f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}/{type(exc).__name__}"
-        if key not in _malformed_seen:
-            if len(_malformed_seen) > 4096:
-                _malformed_seen.clear()
-            _malformed_seen.add(key)
+        if _malformed_seen.first(key):
             log.warning(
                 "malformed object skipped",
                 kind=kind,

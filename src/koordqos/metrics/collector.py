@@ -41,6 +41,7 @@ from koordqos.metrics.types import (
 )
 from koordqos.model.nodeslo import CgroupPath, HostApplicationSpec
 from koordqos.model.pod import BATCH_CPU, KubeQoS, PodInfo, QoSClass
+from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.metrics")
 
@@ -113,7 +114,7 @@ class MetricsCollector:
         self._prev: dict[str, tuple[int, float]] = {}  # counter key → (value, time)
         self._prev_thr: dict[str, tuple[int, int]] = {}  # throttle key → (nr_periods, nr_throttled)
         self._prev_node: tuple[CpuTicks, float] | None = None
-        self._warned: set[str] = set()
+        self._warned: SeenOnce[str] = SeenOnce()
         self._plans: dict[str, _PodPlan] = {}
         # host app cgroupPath → its dir, or the error refusing it (checked once per distinct path)
         self._app_dirs: dict[tuple[str, str, str], str | CgroupError] = {}
@@ -135,8 +136,8 @@ class MetricsCollector:
             except Exception as exc:  # one bad round must not stop collection
                 obs.ERRORS.labels("metrics-collector", type(exc).__name__).inc()
                 error = f"{type(exc).__name__}: {exc}"
-                if "round:" + error not in self._warned:  # the same failure every second is logged once
-                    self._warn_once("round:" + error, "metrics round failed", error=error, exc_info=exc)
+                # the same failure every second is logged once
+                self._warn_once("round:" + error, "metrics round failed", error=error, exc_info=exc)
             next_at += self.interval
             now = loop.time()
             if next_at < now:  # fell behind: skip missed rounds instead of bursting
@@ -190,12 +191,8 @@ class MetricsCollector:
         )
 
     def _warn_once(self, key: str, msg: str, **kw: object) -> None:
-        if key in self._warned:
-            return
-        if len(self._warned) > 4096:
-            self._warned.clear()
-        self._warned.add(key)
-        log.warning(msg, **kw)
+        if self._warned.first(key):
+            log.warning(msg, **kw)
 
     def _missing(self, source: str, key: str, msg: str, **kw: object) -> None:
         MISSING.labels(source).inc()

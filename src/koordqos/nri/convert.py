@@ -55,6 +55,7 @@ from koordqos.nri.events import (
     NRISynchronize,
     NRIUpdateContainer,
 )
+from koordqos.once import SeenOnce
 from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.nri.convert")
@@ -119,7 +120,7 @@ class NRIHooks:
         self.executor = executor
         self.policy = policy
         self.default_runtime = default_runtime
-        self._warned: set[str] = set()
+        self._warned: SeenOnce[str] = SeenOnce()
         self._dirs: dict[str, str] = {}  # runtime cgroup parent → checked relative dir
 
     def _normalize(self, parent: str) -> str:
@@ -145,10 +146,7 @@ class NRIHooks:
     def _bad(self, kind: str, what: str, exc: Exception) -> None:
         CONVERT_ERRORS.labels(kind).inc()
         key = f"{kind}:{what}:{exc}"
-        if key not in self._warned:
-            if len(self._warned) > 4096:
-                self._warned.clear()
-            self._warned.add(key)
+        if self._warned.first(key):
             log.warning("NRI data not usable by the hooks", kind=kind, target=what, error=str(exc))
 
     def _pod_dir(self, pod: api.PodSandbox) -> str:

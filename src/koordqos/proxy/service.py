@@ -28,6 +28,7 @@ from koordqos.hooks.context import ContainerContext, PodContext, Stage
 from koordqos.hooks.framework import FailurePolicy
 from koordqos.nri.convert import STRATEGY
 from koordqos.nri.plugin import hook_deadline
+from koordqos.once import SeenOnce
 from koordqos.proxy import metrics as m
 from koordqos.proxy.api import runtime_api_pb2 as rpb
 from koordqos.proxy.api.runtime_api_grpc import RuntimeHookServiceBase
@@ -60,7 +61,7 @@ RPC_STAGES = frozenset(POD_RPCS.values()) | frozenset(CONTAINER_RPCS.values())
 Req = TypeVar("Req")
 T = TypeVar("T")
 C = TypeVar("C", PodContext, ContainerContext)
-_INVALID_SEEN: set[str] = set()
+_INVALID_SEEN: SeenOnce[str] = SeenOnce(1024)
 
 
 class _Reply(Exception):
@@ -226,10 +227,7 @@ class RuntimeHookService(RuntimeHookServiceBase):
         # counted per request (by _observe); logged once per distinct problem so a misbehaving caller
         # cannot flood the log
         key = f"{method}:{message}"
-        if key not in _INVALID_SEEN:
-            if len(_INVALID_SEEN) >= 1024:
-                _INVALID_SEEN.clear()
-            _INVALID_SEEN.add(key)
+        if _INVALID_SEEN.first(key):
             log.warning("invalid runtime hook request", method=method, error=message)
         return _Reply(Status.INVALID_ARGUMENT, message, "invalid_argument")
 

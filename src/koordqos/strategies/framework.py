@@ -25,6 +25,7 @@ from koordqos.decisions import DecisionLog
 from koordqos.errors import CgroupError
 from koordqos.events.types import MetricTick
 from koordqos.model.pod import KubeQoS, PodInfo
+from koordqos.once import SeenOnce
 from koordqos.state import NodeState
 from koordqos.strategies.cpupick import Processor
 from koordqos.strategies.eviction import EVICTED_REASON, EvictionOutcome, EvictTask, kill_and_evict
@@ -89,7 +90,7 @@ class StrategyEnv:
     decisions: DecisionLog
     services: dict[str, Any]
     clock: Callable[[], float] = time.monotonic
-    _warned: set[str] = field(default_factory=set)
+    _warned: SeenOnce[str] = field(default_factory=SeenOnce)
 
     @property
     def collect_interval(self) -> float:
@@ -103,12 +104,8 @@ class StrategyEnv:
 
     def warn_once(self, key: str, message: str, **kw: Any) -> None:
         """Log a warning the first time `key` is seen (bad config repeats every tick)."""
-        if key in self._warned:
-            return
-        if len(self._warned) > 4096:
-            self._warned.clear()
-        self._warned.add(key)
-        log.warning(message, **kw)
+        if self._warned.first(key):
+            log.warning(message, **kw)
 
     def forget_warning(self, key: str) -> None:
         """Let `key` warn again (the condition went away)."""
