@@ -3,10 +3,42 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import os
 import platform
 import statistics
 from collections.abc import Sequence
+
+#: The six runtime hooks, all switched on by the hook benchmarks (NRI and proxy mode alike).
+ALL_HOOK_GATES = (
+    "BatchResource",
+    "CPUNormalization",
+    "CPUSetAllocator",
+    "CoreSched",
+    "GroupIdentity",
+    "OOMScoreAdj",
+)
+
+#: A pod's `node.koordinator.sh/extended-resource-spec` for 16 BE containers `c0`…`c15` with batch resources.
+BATCH_EXTENDED_RESOURCE_SPEC = json.dumps(
+    {
+        "containers": {
+            f"c{j}": {
+                "requests": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "2Gi"},
+                "limits": {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "4Gi"},
+            }
+            for j in range(16)
+        }
+    }
+)
+
+
+def quiet_logs() -> None:
+    """Only errors from the agent's loggers: log lines would dominate what is measured."""
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -34,6 +66,18 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     p.add_argument("--runs", type=int, default=5, help="runs to take the median of")
+    return p
+
+
+def two_process_parser(
+    description: str, roles: tuple[str, str], calls: int = 2000
+) -> argparse.ArgumentParser:
+    """`parser` plus `--role` (the measured side first; the other side runs in a child process), `--socket`,
+    `--calls`."""
+    p = parser(description)
+    p.add_argument("--role", choices=list(roles), default=roles[0])
+    p.add_argument("--socket", default="")
+    p.add_argument("--calls", type=int, default=calls)
     return p
 
 

@@ -18,7 +18,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import machine, median, parser, percentile, table
+from _common import (
+    ALL_HOOK_GATES,
+    BATCH_EXTENDED_RESOURCE_SPEC,
+    machine,
+    median,
+    percentile,
+    quiet_logs,
+    table,
+    two_process_parser,
+)
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.config import NRISettings
 from koordqos.decisions import DecisionLog
@@ -32,31 +41,11 @@ from koordqos.nri.plugin import NRIPlugin
 from koordqos.testing.mock_nri import MockRuntime, sample_container, sample_node, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
 
-ERS = json.dumps(
-    {
-        "containers": {
-            f"c{j}": {
-                "requests": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "2Gi"},
-                "limits": {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "4Gi"},
-            }
-            for j in range(16)
-        }
-    }
-)
-HOOK_GATES = (
-    "BatchResource",
-    "CPUNormalization",
-    "CPUSetAllocator",
-    "CoreSched",
-    "GroupIdentity",
-    "OOMScoreAdj",
-)
-
 
 def be(pod: api.PodSandbox) -> api.PodSandbox:
     """Make a sample pod a BE pod with batch resources and an oom-score-adj annotation."""
     pod.labels["koordinator.sh/qosClass"] = "BE"
-    pod.annotations["node.koordinator.sh/extended-resource-spec"] = ERS
+    pod.annotations["node.koordinator.sh/extended-resource-spec"] = BATCH_EXTENDED_RESOURCE_SPEC
     pod.annotations["koordinator.sh/oom-score-adj"] = "500"
     return pod
 
@@ -115,7 +104,7 @@ async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
     try:
         assert (await proc.stdout.readline()).strip() == b"ready"
         bus = EventBus()
-        gates = dict(DEFAULT_GATES) | dict.fromkeys(HOOK_GATES, True)
+        gates = dict(DEFAULT_GATES) | dict.fromkeys(ALL_HOOK_GATES, True)
         hooks = RuntimeHooks(
             HookOptions(
                 gates=gates,
@@ -124,7 +113,7 @@ async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
                 core_sched_reason="bench",
             )
         )
-        assert sorted(hooks.names) == sorted(HOOK_GATES), hooks.names
+        assert sorted(hooks.names) == sorted(ALL_HOOK_GATES), hooks.names
         decisions = DecisionLog()
         NRIHooks(hooks, node.layout, CgroupExecutor(node.layout, decisions)).register(bus)
         plugin = NRIPlugin(bus, NRISettings(socket=sock))
@@ -153,21 +142,14 @@ async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
 
 def main() -> None:
     """Parse flags and run (or play the runtime role)."""
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--role", choices=["plugin", "runtime"], default="plugin")
-    p.add_argument("--socket", default="")
-    p.add_argument("--calls", type=int, default=2000)
+    p = two_process_parser(__doc__.splitlines()[0], ("plugin", "runtime"))
     p.add_argument("--pods", type=int, default=200)
     p.add_argument("--per-pod", type=int, default=2)
     args = p.parse_args()
     if args.role == "runtime":
         asyncio.run(runtime_role(args.socket, args.calls, args.pods, args.per_pod))
         return
-    import logging
-
-    import structlog
-
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    quiet_logs()
     calls = 200 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
     results = [asyncio.run(one_run(calls, args.pods, args.per_pod)) for _ in range(runs)]

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import machine, median, parser, percentile, table
+from _common import machine, median, percentile, quiet_logs, table, two_process_parser
 from koordqos.config import NRISettings
 from koordqos.events.bus import EventBus
 from koordqos.nri.events import NRICreateContainer
@@ -105,21 +105,14 @@ async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
 
 def main() -> None:
     """Parse flags and run (or play the runtime role)."""
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--role", choices=["plugin", "runtime"], default="plugin")
-    p.add_argument("--socket", default="")
-    p.add_argument("--calls", type=int, default=2000)
+    p = two_process_parser(__doc__.splitlines()[0], ("plugin", "runtime"))
     p.add_argument("--pods", type=int, default=200)
     p.add_argument("--per-pod", type=int, default=2)
     args = p.parse_args()
     if args.role == "runtime":
         asyncio.run(runtime_role(args.socket, args.calls, args.pods, args.per_pod))
         return
-    import logging
-
-    import structlog
-
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    quiet_logs()
     calls = 200 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
     results = [asyncio.run(one_run(calls, args.pods, args.per_pod)) for _ in range(runs)]

@@ -21,7 +21,16 @@ from pathlib import Path
 
 from grpclib.client import Channel
 
-from _common import machine, median, parser, percentile, table
+from _common import (
+    ALL_HOOK_GATES,
+    BATCH_EXTENDED_RESOURCE_SPEC,
+    machine,
+    median,
+    percentile,
+    quiet_logs,
+    table,
+    two_process_parser,
+)
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.decisions import DecisionLog
 from koordqos.events.bus import EventBus
@@ -36,29 +45,13 @@ from koordqos.proxy.server import ProxyServer
 from koordqos.proxy.service import RuntimeHookService
 from koordqos.testing.nodefs import SyntheticNode
 
-HOOK_GATES = (
-    "BatchResource",
-    "CPUNormalization",
-    "CPUSetAllocator",
-    "CoreSched",
-    "GroupIdentity",
-    "OOMScoreAdj",
-)
-ERS = json.dumps(
-    {
-        "containers": {
-            f"c{j}": {
-                "requests": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "2Gi"},
-                "limits": {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "4Gi"},
-            }
-            for j in range(16)
-        }
-    }
-)
 UID = "bench-0001"
 POD_META = rpb.PodSandboxMetadata(name="bench", uid=UID, namespace="default")
 LABELS = {"koordinator.sh/qosClass": "BE"}
-ANNOTATIONS = {"node.koordinator.sh/extended-resource-spec": ERS, "koordinator.sh/oom-score-adj": "500"}
+ANNOTATIONS = {
+    "node.koordinator.sh/extended-resource-spec": BATCH_EXTENDED_RESOURCE_SPEC,
+    "koordinator.sh/oom-score-adj": "500",
+}
 PARENT = f"/kubepods/besteffort/pod{UID}"
 
 
@@ -110,12 +103,12 @@ async def one_run(calls: int) -> dict[str, float]:
     bus = EventBus()
     hooks = RuntimeHooks(
         HookOptions(
-            gates=dict(DEFAULT_GATES) | dict.fromkeys(HOOK_GATES, True),
+            gates=dict(DEFAULT_GATES) | dict.fromkeys(ALL_HOOK_GATES, True),
             bvt=probe_bvt_system(node.layout, node.proc_root),
             core_sched_reason="bench",
         )
     )
-    assert sorted(hooks.names) == sorted(HOOK_GATES), hooks.names
+    assert sorted(hooks.names) == sorted(ALL_HOOK_GATES), hooks.names
     ProxyHooks(hooks, CgroupExecutor(node.layout, DecisionLog())).register(bus)
     service = RuntimeHookService(bus, ProxyConverter(node.layout))
     service.timings = {}
@@ -149,19 +142,12 @@ async def one_run(calls: int) -> dict[str, float]:
 
 def main() -> None:
     """Parse flags and run (or play the client role)."""
-    p = parser((__doc__ or "").splitlines()[0])
-    p.add_argument("--role", choices=["server", "client"], default="server")
-    p.add_argument("--socket", default="")
-    p.add_argument("--calls", type=int, default=2000)
+    p = two_process_parser((__doc__ or "").splitlines()[0], ("server", "client"))
     args = p.parse_args()
     if args.role == "client":
         asyncio.run(client_role(args.socket, args.calls))
         return
-    import logging
-
-    import structlog
-
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    quiet_logs()
     calls = 200 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
     results = [asyncio.run(one_run(calls)) for _ in range(runs)]
