@@ -36,11 +36,9 @@ class Decision:
 class DecisionLog:
     """Bounded ring buffer of decisions; each one is also counted and logged."""
 
-    def __init__(self, size: int = 4096, dry_run: bool = False, log_level: str = "info") -> None:
+    def __init__(self, size: int = 4096, dry_run: bool = False) -> None:
         self._ring: deque[Decision] = deque(maxlen=size)
         self.dry_run = dry_run
-        self._log_level = log_level
-        self.total = 0
 
     def record(
         self,
@@ -66,7 +64,6 @@ class DecisionLog:
             self.dry_run if dry_run is None else dry_run,
         )
         self._ring.append(d)
-        self.total += 1
         obs.DECISIONS.labels(strategy, action, str(d.dry_run).lower()).inc()
         if not quiet:
             log.info(

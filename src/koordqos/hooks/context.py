@@ -41,9 +41,6 @@ class Stage(enum.StrEnum):
 
 
 STAGES: tuple[Stage, ...] = tuple(Stage)
-POD_STAGES = frozenset(
-    {Stage.PRE_RUN_POD_SANDBOX, Stage.POST_STOP_POD_SANDBOX, Stage.PRE_REMOVE_RUN_POD_SANDBOX}
-)
 
 
 def qos_from_labels(labels: Mapping[str, str] | None) -> QoSClass:

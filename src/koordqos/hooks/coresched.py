@@ -29,7 +29,6 @@ LABEL_GROUP_ID = "koordinator.sh/core-sched-group-id"
 LABEL_POLICY = "koordinator.sh/core-sched-policy"
 POLICY_CORE_SCHED = "coreSched"
 EXPELLER_SUFFIX = "-expeller"
-NONE_GROUP = "__0__"
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,15 +201,6 @@ class PrctlCookieOps:
     def _reset_self(self) -> None:
         # init never carries a cookie; copying it back leaves this thread without one
         self._prctl(PR_SCHED_CORE_SHARE_FROM, 1, PIDTYPE_PID)
-
-
-def prctl_supported() -> tuple[bool, str]:
-    """Probe core scheduling with PR_SCHED_CORE_GET on this process."""
-    try:
-        PrctlCookieOps().get(os.getpid())
-    except OSError:
-        return False, "not supported by prctl"
-    return True, "prctl supported"
 
 
 @dataclass

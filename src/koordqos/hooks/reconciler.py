@@ -205,11 +205,6 @@ class HookReconciler:
         self._trigger = type(event).__name__
         self._wake.set()
 
-    def kick(self, trigger: str = "manual") -> None:
-        """Ask for a pass soon."""
-        self._trigger = trigger
-        self._wake.set()
-
     async def run(self) -> None:
         """Pass at start, then every interval and after changes."""
         assert self.bus is not None

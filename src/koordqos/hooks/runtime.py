@@ -42,7 +42,6 @@ from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.hooks")
 
-ALL_QOS = frozenset(q.value for q in QoSClass)
 MAX_REPORTED = 1024  # distinct rule errors remembered for log-once; forgotten all at once beyond this
 
 
