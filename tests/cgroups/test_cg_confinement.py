@@ -14,7 +14,8 @@ from koordqos.cgroups.layout import PATH_REFUSED, CgroupDriver, CgroupLayout, ch
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.decisions import DecisionLog
 from koordqos.errors import PathEscapeError
-from koordqos.model.pod import KubeQoS, PodInfo
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.testing.nodefs import SyntheticNode
 
 HOSTILE_UIDS = ["../../etc", "..", "a/b", "/etc", "x\x00y", "", "uid/../../../x", ".hidden", "a b"]

@@ -16,7 +16,8 @@ from koordqos.cgroups.layout import (
 )
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.errors import CgroupError
-from koordqos.model.pod import ContainerInfo, KubeQoS, PodInfo
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.testing.nodefs import SyntheticNode
 
 UID = "6a4b0c1e-2f3d-4e5f-8a9b-0c1d2e3f4a5b"

@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 from koordqos.cgroups.executor import Outcome
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import AgentConfig
-from koordqos.model.pod import KubeQoS
+from koordqos.model.qos import KubeQoS
 from koordqos.strategies import registry
 from koordqos.strategies.cpuburst import (
     CPU_BURST_SKIPPED,

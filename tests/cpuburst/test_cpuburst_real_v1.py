@@ -19,7 +19,8 @@ from koordqos.config import AgentConfig
 from koordqos.decisions import DecisionLog
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
-from koordqos.model.pod import KubeQoS, PodInfo
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.strategies.cpuburst import CPUBurstStrategy
 from koordqos.strategies.framework import StrategyEnv
 from koordqos.testing.scratchcg import REAL_ROOT, Scratch, unavailable_reason

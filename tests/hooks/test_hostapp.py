@@ -20,8 +20,8 @@ from koordqos.hooks.reconciler import (
     HookReconciler,
     host_app_cgroup_path,
 )
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import HostApplicationSpec, parse_nodeslo
-from koordqos.model.pod import NodeInfo
 from koordqos.state import NodeState, reduce
 from koordqos.testing.nodefs import SyntheticNode
 

@@ -8,8 +8,11 @@ from pathlib import Path
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.events.types import NodeSLOUpdated, NodeUpdated, PodsReplaced
 from koordqos.hooks.reconciler import HookReconciler
+from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import parse_nodeslo
-from koordqos.model.pod import BATCH_CPU, BATCH_MEMORY, ContainerInfo, KubeQoS, NodeInfo
+from koordqos.model.pod import ContainerInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.state import NodeState, reduce
 from koordqos.testing.nodefs import SyntheticNode
 

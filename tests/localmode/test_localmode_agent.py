@@ -19,7 +19,7 @@ from koordqos.config import build_config
 from koordqos.kube.local import CGROUP_MISMATCH
 from koordqos.metrics.collector import MetricsCollector
 from koordqos.metrics.types import MetricKind
-from koordqos.model.pod import KubeQoS, QoSClass
+from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.testing.mock_nri import MockRuntime
 from koordqos.testing.nodefs import SyntheticNode

@@ -33,7 +33,7 @@ from koordqos.kube.local import (
     pod_from_sandbox,
     runtime_of_container,
 )
-from koordqos.model.pod import KubeQoS
+from koordqos.model.qos import KubeQoS
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.events import runtime_container
 

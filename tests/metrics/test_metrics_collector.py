@@ -20,7 +20,9 @@ from koordqos.metrics.collector import MISSING, MetricsCollector
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import read_topology
 from koordqos.metrics.types import MetricKind, MetricSnapshot
-from koordqos.model.pod import BATCH_CPU, LABEL_QOS, ContainerInfo, KubeQoS, PodInfo
+from koordqos.model.keys import BATCH_CPU, LABEL_QOS
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.state import NodeState
 from koordqos.testing.nodefs import SyntheticNode
 

@@ -22,8 +22,11 @@ from koordqos.metrics.hostapp import host_app_dir
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import read_topology
 from koordqos.metrics.types import MetricKind
+from koordqos.model.keys import LABEL_QOS
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import CgroupPath, parse_nodeslo
-from koordqos.model.pod import LABEL_QOS, KubeQoS, NodeInfo, PodInfo
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.strategies.cpusuppress import CPUSuppressStrategy
 from koordqos.strategies.framework import StrategyEnv
 from koordqos.testing.nodefs import SyntheticNode

@@ -9,19 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from koordqos import observability as obs
-from koordqos.model.pod import (
-    BATCH_CPU,
-    BATCH_MEMORY,
-    ContainerInfo,
-    KubeQoS,
-    PodInfo,
-    PriorityClass,
-    QoSClass,
-    compute_kube_qos,
-    parse_pod,
-    priority_class_of,
-)
+from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY
+from koordqos.model.pod import ContainerInfo, PodInfo, parse_pod
 from koordqos.model.problems import forget_problems
+from koordqos.model.qos import KubeQoS, PriorityClass, QoSClass, compute_kube_qos, priority_class_of
 
 GI = 1024**3
 

@@ -7,8 +7,10 @@ from typing import Any
 
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO, parse_nodeslo
-from koordqos.model.pod import ContainerInfo, KubeQoS, NodeInfo, PodInfo
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS
 
 NOW = 1000.0
 Gi = 1024**3

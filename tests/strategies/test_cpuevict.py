@@ -9,7 +9,9 @@ from conftest import NOW, make_node, make_pod, make_slo, make_store
 
 from koordqos.config import build_config
 from koordqos.metrics.types import MetricKind
-from koordqos.model.pod import BATCH_CPU, MID_CPU, KubeQoS, PodInfo
+from koordqos.model.keys import BATCH_CPU, MID_CPU
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.strategies.cpuevict import (
     BECPUValues,
     CPUEvictInputs,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import make_pod
 
-from koordqos.model.pod import BATCH_CPU, MID_CPU, PodInfo
+from koordqos.model.keys import BATCH_CPU, MID_CPU
+from koordqos.model.pod import PodInfo
 from koordqos.strategies.eviction import (
     EvictTask,
     ReleaseTarget,
