@@ -24,7 +24,8 @@ from koordqos.kube import setup as kube_setup
 from koordqos.model.nodeslo import parse_nodeslo
 from koordqos.nri import setup as nri_setup
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.testing.mock_nri import MockRuntime, PluginLink
+from koordqos.testing.mock_nri.link import PluginLink
+from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.nodefs import SyntheticNode
 
 GI = 1 << 30

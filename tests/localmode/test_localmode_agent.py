@@ -21,7 +21,7 @@ from koordqos.metrics.collector import MetricsCollector
 from koordqos.metrics.types import MetricKind
 from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.testing.mock_nri import MockRuntime
+from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.nodefs import SyntheticNode
 
 from .conftest import eventually

@@ -24,7 +24,9 @@ from koordqos.nri.events import (
     NRIUpdateContainer,
 )
 from koordqos.nri.plugin import DEFAULT_EVENTS, NRINotConnectedError, NRIPlugin
-from koordqos.testing.mock_nri import MockRuntime, RuntimeCallError, sample_container, sample_node, sample_pod
+from koordqos.testing.mock_nri.protocol import RuntimeCallError
+from koordqos.testing.mock_nri.runtime import MockRuntime
+from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
 
 from .conftest import settings
 

@@ -22,7 +22,9 @@ from koordqos.nri.events import NRICreateContainer, NRISynchronize
 from koordqos.nri.mux import encode_frame, frames_for
 from koordqos.nri.plugin import NRIPlugin, hook_deadline, parse_event_mask, validate_event_mask
 from koordqos.nri.ttrpc import MessageType, encode_message, encode_request
-from koordqos.testing.mock_nri import MockRuntime, RuntimeCallError, sample_container, sample_node, sample_pod
+from koordqos.testing.mock_nri.protocol import RuntimeCallError
+from koordqos.testing.mock_nri.runtime import MockRuntime
+from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
 
 from .conftest import PluginRunner, metric, settings
 
@@ -262,7 +264,7 @@ async def test_prelaunched_plugin_dials_the_socket_after_the_runtime_closed_its_
 
 def test_mock_refuses_replies_a_real_runtime_refuses() -> None:
     """The mock is as strict as pkg/adaptation on replies, so a plugin that sends these fails the tests."""
-    from koordqos.testing.mock_nri import PluginLink
+    from koordqos.testing.mock_nri.link import PluginLink
 
     pod = sample_pod(1)
     ctr = sample_container(pod, 0)

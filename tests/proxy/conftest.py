@@ -29,7 +29,8 @@ from koordqos.proxy import setup as proxy_setup
 from koordqos.proxy.api import runtime_api_pb2 as rpb
 from koordqos.proxy.api.runtime_api_grpc import RuntimeHookServiceStub
 from koordqos.proxy.server import ProxyServer
-from koordqos.testing.mock_nri import MockRuntime, PluginLink
+from koordqos.testing.mock_nri.link import PluginLink
+from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.nodefs import SyntheticNode
 
 GI = 1 << 30

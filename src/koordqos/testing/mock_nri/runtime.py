@@ -1,123 +1,40 @@
-"""MockRuntime: the runtime side of NRI (containerd's pkg/adaptation) on a real unix socket.
+"""MockRuntime: the runtime side of NRI on a real unix socket (see `koordqos.testing.mock_nri`).
 
-It listens like a runtime, accepts a plugin, serves the runtime service on conn 2 (RegisterPlugin,
-UpdateContainers), sends Configure (before the RegisterPlugin reply, as the real runtime does) and
-Synchronize (chunked with `more` when large or when asked), drives pod and container lifecycle events
-(dedicated RPCs with the UNIMPLEMENTED → StateChange fallback, or StateChange only as on NRI < v0.12), and
-records the replies. It enforces the rules that make a real runtime drop a plugin: the registration timeout,
-the request timeout, the Go reader's frame-size rule (> 4096 bytes between messages, or two messages in
-one frame), odd increasing stream ids, a valid event mask and the `more` echo. A dropped plugin has its
-socket closed and `link.drop_reason` says why.
-
-Usable from tests (in-process), from benchmarks in another process (`python -m koordqos.testing.mock_nri`)
-and from a demo.
+The socket server, the runtime service on conn 2 (RegisterPlugin, UpdateContainers), Configure and
+Synchronize, the lifecycle events and the timeouts that make a real runtime drop a plugin.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import re
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message as ProtoMessage
 
-from koordqos.errors import KoordQoSError, ProtocolError, TimeoutException
+from koordqos.errors import TimeoutException
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.api import ttrpc_pb2
 from koordqos.nri.connection import ConnectionClosedError, NRIConnection
-from koordqos.nri.mux import GO_READ_BUFFER, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN
-from koordqos.nri.ttrpc import HEADER_SIZE, MAX_DATA_SIZE, Code, TtrpcDecoder, encode_response
-
-PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
-RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
+from koordqos.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN
+from koordqos.nri.ttrpc import MAX_DATA_SIZE, Code, encode_response
+from koordqos.testing.mock_nri.link import PluginLink
+from koordqos.testing.mock_nri.protocol import (
+    EVENT_OF_METHOD,
+    NO_FALLBACK,
+    PLUGIN_SERVICE,
+    RUNTIME_SERVICE,
+    PluginDroppedError,
+    RuntimeCallError,
+    go_frame_check,
+)
 
 R = TypeVar("R", bound=ProtoMessage)
-
-# Events without a StateChange fallback: answering UNIMPLEMENTED there fails the operation.
-_NO_FALLBACK = {"CreateContainer", "UpdateContainer", "StopContainer", "UpdatePodSandbox"}
-_EVENT_OF_METHOD = {
-    "RunPodSandbox": api.RUN_POD_SANDBOX,
-    "StopPodSandbox": api.STOP_POD_SANDBOX,
-    "RemovePodSandbox": api.REMOVE_POD_SANDBOX,
-    "CreateContainer": api.CREATE_CONTAINER,
-    "PostCreateContainer": api.POST_CREATE_CONTAINER,
-    "StartContainer": api.START_CONTAINER,
-    "PostStartContainer": api.POST_START_CONTAINER,
-    "UpdateContainer": api.UPDATE_CONTAINER,
-    "PostUpdateContainer": api.POST_UPDATE_CONTAINER,
-    "StopContainer": api.STOP_CONTAINER,
-    "RemoveContainer": api.REMOVE_CONTAINER,
-}
-
-
-class RuntimeCallError(KoordQoSError):
-    """The plugin answered a runtime call with an error status (the runtime operation fails)."""
-
-    def __init__(self, method: str, code: int, message: str) -> None:
-        super().__init__(f"NRI {method} failed: {message} (code {code})")
-        self.method = method
-        self.code = code
-        self.message = message
-
-
-class PluginDroppedError(KoordQoSError):
-    """The runtime dropped the plugin (timeout, protocol violation, …) during a call."""
-
-
-def go_frame_check(conn_id: int, payload: bytes, decoder: TtrpcDecoder) -> None:
-    """Raise ProtocolError for a frame the Go mux + ttrpc reader could not take (nri-protocol §2.2)."""
-    if decoder.buffered == 0:
-        if len(payload) > GO_READ_BUFFER:
-            raise ProtocolError(
-                f"frame of {len(payload)} bytes on conn {conn_id} arrived between messages "
-                f"(> {GO_READ_BUFFER}: the Go reader fails with ENOMEM)"
-            )
-        if len(payload) >= HEADER_SIZE:
-            total = HEADER_SIZE + int.from_bytes(payload[:4], "big")
-            if len(payload) > total:
-                raise ProtocolError(f"frame on conn {conn_id} packs more than one ttrpc message")
-        return
-    remaining = decoder.remaining()
-    if remaining is None:
-        if len(payload) > GO_READ_BUFFER:
-            raise ProtocolError(f"frame of {len(payload)} bytes on conn {conn_id} in the middle of a header")
-    elif len(payload) > remaining:
-        raise ProtocolError(f"frame on conn {conn_id} packs the tail of one ttrpc message with the next")
-
-
-@dataclass(eq=False)
-class PluginLink:
-    """One accepted plugin connection and everything the runtime learned from it."""
-
-    conn: NRIConnection
-    accepted_at: float
-    name: str = ""
-    index: str = ""
-    nri_version: str = ""
-    events: int = 0
-    registered: asyncio.Event = field(default_factory=asyncio.Event)
-    configured: asyncio.Event = field(default_factory=asyncio.Event)
-    joined: asyncio.Event = field(default_factory=asyncio.Event)
-    dropped: asyncio.Event = field(default_factory=asyncio.Event)
-    drop_reason: str = ""
-    register_rejected: str = ""
-    fallback: set[str] = field(default_factory=set)  # events moved to StateChange after UNIMPLEMENTED
-    sync_chunks: int = 0
-    sync_replies: list[api.SynchronizeResponse] = field(default_factory=list)
-    sync_seconds: float = 0.0
-    update_requests: list[api.UpdateContainersRequest] = field(default_factory=list)
-
-    @property
-    def sync_updates(self) -> list[api.ContainerUpdate]:
-        """The updates of the final Synchronize reply."""
-        return list(self.sync_replies[-1].update) if self.sync_replies else []
 
 
 class MockRuntime:
@@ -430,11 +347,11 @@ class MockRuntime:
         """
         async with self._lock:
             link = self._active()
-            ev = _EVENT_OF_METHOD[method]
+            ev = EVENT_OF_METHOD[method]
             if not link.events & (1 << (ev - 1)):
                 return None
             started = time.monotonic()
-            use_state_change = method not in _NO_FALLBACK and (
+            use_state_change = method not in NO_FALLBACK and (
                 not self.dedicated_rpcs or method in link.fallback
             )
             if not use_state_change:
@@ -444,7 +361,7 @@ class MockRuntime:
                     self.calls.append((method, resp))
                     return resp
                 except RuntimeCallError as exc:
-                    if exc.code != Code.UNIMPLEMENTED or method in _NO_FALLBACK:
+                    if exc.code != Code.UNIMPLEMENTED or method in NO_FALLBACK:
                         self.calls.append((method, None))
                         raise
                     link.fallback.add(method)
@@ -532,111 +449,3 @@ class MockRuntime:
         await self.event(
             "RemoveContainer", api.RemoveContainerRequest(pod=pod, container=ctr), api.RemoveContainerResponse
         )
-
-
-# -- sample data ------------------------------------------------------------------------------------
-
-
-def sample_pod(i: int, qos: str = "besteffort") -> api.PodSandbox:
-    """A realistic pod sandbox as containerd reports it (cgroupfs driver)."""
-    uid = f"0000{i:04d}-1a2b-4c3d-8e9f-{i:012d}"
-    parent = f"/kubepods/{qos}/pod{uid}" if qos != "guaranteed" else f"/kubepods/pod{uid}"
-    pod = api.PodSandbox(
-        id=f"{i:08x}" + "ab" * 28,
-        name=f"pod-{i}",
-        uid=uid,
-        namespace="default",
-        labels={
-            "app": f"app-{i % 17}",
-            "io.kubernetes.pod.name": f"pod-{i}",
-            "io.kubernetes.pod.namespace": "default",
-            "io.kubernetes.pod.uid": uid,
-        },
-        annotations={
-            "kubernetes.io/config.seen": "2026-08-20T10:00:00Z",
-            "kubernetes.io/config.source": "api",
-            "koordinator.sh/qosClass": "BE" if qos == "besteffort" else "LS",
-        },
-        runtime_handler="runc",
-        ips=[f"10.1.{i // 250}.{i % 250 + 1}"],
-    )
-    pod.linux.cgroup_parent = parent
-    pod.linux.pod_resources.cpu.shares.value = 2
-    pod.linux.namespaces.add(type="network", path=f"/var/run/netns/cni-{i}")
-    return pod
-
-
-def sample_container(pod: api.PodSandbox, j: int, state: int = api.CONTAINER_RUNNING) -> api.Container:
-    """A realistic container of `pod` (env, mounts, resources, cgroups path)."""
-    cid = f"{j:04x}" + pod.id[4:]
-    ctr = api.Container(
-        id=cid,
-        pod_sandbox_id=pod.id,
-        name=f"c{j}",
-        state=state,  # type: ignore[arg-type]
-        labels={"io.kubernetes.container.name": f"c{j}", "io.kubernetes.pod.uid": pod.uid},
-        annotations={"io.kubernetes.container.hash": "1a2b3c4d", "io.kubernetes.container.restartCount": "0"},
-        args=["/bin/app", "--serve", f"--port={8000 + j}"],
-        env=[
-            "KUBERNETES_SERVICE_HOST=10.96.0.1",
-            "PATH=/usr/local/bin:/usr/bin:/bin",
-            f"POD_NAME={pod.name}",
-        ],
-        pid=10000 + j,
-    )
-    for dest in ("/etc/hosts", "/dev/termination-log", "/var/run/secrets/kubernetes.io/serviceaccount"):
-        ctr.mounts.add(
-            destination=dest,
-            type="bind",
-            source=f"/var/lib/kubelet/pods/{pod.uid}{dest}",
-            options=["rbind", "rprivate", "rw"],
-        )
-    res = ctr.linux.resources
-    res.cpu.shares.value = 2
-    res.cpu.quota.value = -1
-    res.cpu.period.value = 100000
-    res.memory.limit.value = 0
-    ctr.linux.cgroups_path = f"{pod.linux.cgroup_parent}/{cid}"
-    ctr.linux.oom_score_adj.value = 1000
-    return ctr
-
-
-def sample_node(pods: int, containers_per_pod: int) -> tuple[list[api.PodSandbox], list[api.Container]]:
-    """`pods` sample pods with `containers_per_pod` containers each."""
-    ps = [sample_pod(i) for i in range(pods)]
-    return ps, [sample_container(p, j) for p in ps for j in range(containers_per_pod)]
-
-
-# -- command line (demo) ----------------------------------------------------------------------------
-
-
-async def _serve(args: argparse.Namespace) -> None:
-    rt = MockRuntime(args.socket, request_timeout=args.request_timeout)
-    rt.pods, rt.containers = sample_node(args.pods, args.containers_per_pod)
-    async with rt:
-        print(f"mock NRI runtime listening on {args.socket}", flush=True)
-        seen = 0
-        while True:
-            link = await rt.wait_joined(timeout=3600, after=seen)
-            seen = rt.links.index(link) + 1
-            print(
-                f"plugin {link.index}-{link.name} joined: events={link.events:#x} "
-                f"sync={link.sync_seconds * 1000:.1f} ms updates={len(link.sync_updates)}",
-                flush=True,
-            )
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m koordqos.testing.mock_nri --socket PATH`: serve plugins with a synthetic node."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--socket", required=True)
-    p.add_argument("--pods", type=int, default=10)
-    p.add_argument("--containers-per-pod", type=int, default=2)
-    p.add_argument("--request-timeout", type=float, default=2.0)
-    args = p.parse_args(argv)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args))
-
-
-if __name__ == "__main__":
-    main()
