@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import NOW, make_node, make_pod, make_slo, make_store
 
 from koordqos.config import build_config
 from koordqos.metrics.types import MetricKind
@@ -27,6 +26,8 @@ from koordqos.strategies.eviction import (
     sort_be_pods_for_cpu,
     sort_by_priority,
 )
+
+from .conftest import NOW, make_node, make_pod, make_slo, make_store
 
 ENABLED = {"koordinator.sh/eviction-enabled": "true"}
 

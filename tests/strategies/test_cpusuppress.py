@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_node, make_pod
 
 from koordqos.model.node import NodeInfo
 from koordqos.model.pod import PodInfo
@@ -26,6 +25,8 @@ from koordqos.strategies.cpusuppress import (
 )
 from koordqos.strategies.intents import CFS_QUOTA, CPUSET_CPUS, BEDir, CgroupSet
 from koordqos.strategies.usage import calculate_filter_pods_used, non_be_host_app, non_be_pod
+
+from .conftest import make_node, make_pod
 
 BE = "kubepods/besteffort"
 POD = f"{BE}/podbe"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from conftest import make_pod
 
 from koordqos.model.keys import BATCH_CPU, MID_CPU
 from koordqos.model.pod import PodInfo
@@ -15,6 +14,8 @@ from koordqos.strategies.eviction import (
     kill_and_evict_sync,
     sub_release_no_negative,
 )
+
+from .conftest import make_pod
 
 Mi = 1024**2
 Gi = 1024**3

@@ -8,7 +8,8 @@ import helm_python as helm
 import jsonschema
 import kubernetes_validate
 import pytest
-from chart_render import (
+
+from .chart_render import (
     CHART_DIR,
     KUBE_MIN_VERSION,
     KUBE_VERSION,

@@ -21,7 +21,7 @@ from koordqos.strategies.cpuburst import (
     quota_writes,
 )
 
-from .conftest import Harness, build_harness, ctr, make_pod, make_slo
+from .cpuburst_builders import Harness, build_harness, ctr, make_pod, make_slo
 
 
 def skipped(reason: str) -> float:

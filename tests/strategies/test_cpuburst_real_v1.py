@@ -25,7 +25,7 @@ from koordqos.strategies.cpuburst import CPUBurstStrategy
 from koordqos.strategies.framework import StrategyEnv
 from koordqos.testing.scratchcg import REAL_ROOT, Scratch, unavailable_reason
 
-from .conftest import NOW, ctr, make_pod, make_slo, make_state, topology
+from .cpuburst_builders import NOW, ctr, make_pod, make_slo, make_state, topology
 
 pytestmark = pytest.mark.cgroupv1
 

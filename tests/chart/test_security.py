@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import helm_python as helm
-from chart_render import NAMESPACE, Rendered, render
+
+from .chart_render import NAMESPACE, Rendered, render
 
 # Exactly the access the agent needs in cluster mode (ARCHITECTURE.md; deployment.md §1.1 note).
 MINIMAL_RBAC = {

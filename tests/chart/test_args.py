@@ -6,10 +6,11 @@ from pathlib import Path
 
 import helm_python as helm
 import pytest
-from chart_render import Rendered, render
 
 from koordqos.cli import build_parser
 from koordqos.config import AgentConfig, load_config
+
+from .chart_render import Rendered, render
 
 
 def _config(rendered: Rendered) -> AgentConfig:

@@ -29,7 +29,7 @@ from koordqos.strategies.cpuburst import NAME, CPUBurstStrategy
 from koordqos.strategies.framework import QoSManager
 from koordqos.testing.nodefs import SyntheticNode
 
-from .conftest import ctr, make_pod, make_slo
+from .cpuburst_builders import ctr, make_pod, make_slo
 
 CPUS = 4
 TICKS_PER_ROUND = CPUS * 100  # USER_HZ ticks of all CPUs in one 1 s round

@@ -1,15 +1,14 @@
-"""Builders for the CPU burst tests: pods, NodeSLOs, metric stores, a strategy harness on a synthetic node."""
+"""Builders for the CPU burst tests: pods, NodeSLOs, metric stores, a strategy harness on a synthetic node
+(the `harness` fixture itself is in conftest.py)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import pytest
 
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.cgroups.layout import CgroupDriver
@@ -184,9 +183,3 @@ def build_harness(
     env = StrategyEnv(config or AgentConfig(), decisions, services, clock=lambda: now[0])
     strategy = CPUBurstStrategy(rand=lambda: 0.0)
     return Harness(node, strategy, env, store, decisions, executor, now)
-
-
-@pytest.fixture
-def harness(tmp_path: Path) -> Iterator[Harness]:
-    """A 16-CPU cgroup v1 synthetic node with cpu.cfs_burst_us."""
-    return build_harness(tmp_path)

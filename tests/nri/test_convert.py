@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from koordqos.cgroups.executor import CgroupExecutor
+from koordqos.cgroups.layout import CgroupDriver
+from koordqos.cgroups.resources import CgroupVersion
 from koordqos.decisions import DecisionLog
 from koordqos.errors import HookError
 from koordqos.hooks.resources import Resources
@@ -16,8 +18,15 @@ from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.convert import NRIHooks, differing, envs_from_nri, resources_from_nri
 from koordqos.nri.events import NRICreateContainer, NRIRunPodSandbox, NRISynchronize, NRIUpdateContainer
 from koordqos.state import NodeState
+from koordqos.testing.nodefs import SyntheticNode
 
-from .conftest import make_node
+
+def make_node(tmp_path: Path) -> SyntheticNode:
+    """A cgroup v1, cgroupfs synthetic node with the bvt extension (as the hook tests use)."""
+    return SyntheticNode(
+        tmp_path / "node", CgroupVersion.V1, CgroupDriver.CGROUPFS, extensions=("cpu.bvt_warp_ns",)
+    )
+
 
 ERS = json.dumps(
     {

@@ -18,7 +18,7 @@ from koordqos.strategies.cpuburst import (
     static_burst_us,
 )
 
-from .conftest import Harness, ctr, make_pod, make_slo, make_state
+from .cpuburst_builders import Harness, ctr, make_pod, make_slo, make_state
 
 GiB = 1 << 30
 
