@@ -6,6 +6,7 @@ import asyncio
 
 from koordqos.agent import Agent, FunctionComponent, Supervisor
 from koordqos.config import build_config
+from koordqos.testing.poll import wait_until
 
 
 async def test_crashing_component_is_restarted_and_counted() -> None:
@@ -43,9 +44,7 @@ async def test_crash_loop_of_a_component_does_not_stop_the_agent() -> None:
     agent.build()
     agent.components.append(FunctionComponent("broken", always_crash))
     run = asyncio.create_task(agent.run())
-    async with asyncio.timeout(5):
-        while crashes < 20:
-            await asyncio.sleep(0.001)
+    await wait_until(lambda: crashes >= 20, timeout=5, message="20 restarts of the crashing component")
     assert not run.done()
     agent.stop()
     await asyncio.wait_for(run, 5)

@@ -71,6 +71,6 @@ def test_configuration_page_is_current(capsys: pytest.CaptureFixture[str]) -> No
     """docs/configuration.md is `python -m koordqos config flags`: regenerate it when a flag changes."""
     assert main(["config", "flags"]) == 0
     out = capsys.readouterr().out
-    page = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+    page = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
     assert page.read_text() == out, "run: python -m koordqos config flags > docs/configuration.md"
     assert "`--dry-run` | `KOORDQOS_DRY_RUN` | `false`" in out

@@ -19,6 +19,7 @@ from koordqos.events import (
 )
 from koordqos.model.pod import PodInfo
 from koordqos.state import NodeState
+from koordqos.testing.poll import wait_until
 
 
 @pytest.fixture
@@ -70,9 +71,12 @@ async def test_slow_subscriber_gets_newest_tick_and_every_state_event(bus: Event
     bus.subscribe("fast", lambda e, s: fast_ticks.append(e.at), MetricTick)
     await bus.publish(MetricTick(at=0.0))
     # wait until the slow subscriber is blocked on the first tick
-    async with asyncio.timeout(2):
-        while not bus.subscriptions[0].busy:
-            await asyncio.sleep(0)
+    await wait_until(
+        lambda: bus.subscriptions[0].busy,
+        timeout=2,
+        interval=0,
+        message="the slow subscriber to block on the first tick",
+    )
     for i in range(1, 101):
         await bus.publish(MetricTick(at=float(i)))
         if i % 10 == 0:
@@ -97,9 +101,9 @@ async def test_a_full_queue_makes_the_publisher_wait_instead_of_dropping(bus: Ev
 
     bus.subscribe("slow", slow, PodUpserted, queue_size=4)
     publisher = asyncio.create_task(_publish_many(bus, 20))
-    async with asyncio.timeout(2):
-        while len(bus.subscriptions[0].queue) < 4:
-            await asyncio.sleep(0)
+    await wait_until(
+        lambda: len(bus.subscriptions[0].queue) >= 4, timeout=2, interval=0, message="the slow queue to fill"
+    )
     assert not publisher.done()  # back-pressure: the publisher waits for room
     gate.set()
     await asyncio.wait_for(publisher, 5)

@@ -15,6 +15,7 @@ from koordqos.model.pod import ContainerInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.state import NodeState, reduce
 from koordqos.testing.nodefs import SyntheticNode
+from koordqos.testing.poll import wait_until
 
 from .conftest import GI, make_node, make_reconciler, pod
 
@@ -320,9 +321,7 @@ async def test_failing_pass_is_logged_once_and_counted_every_time(tmp_path: Path
     before = counter._value.get()
     with capture_logs() as logs:
         task = asyncio.create_task(rec.run())
-        async with asyncio.timeout(10):
-            while calls < 6:
-                await asyncio.sleep(0.001)
+        await wait_until(lambda: calls >= 6, timeout=10, message="six reconcile passes")
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -19,8 +19,9 @@ from koordqos.kube.local import LocalSources, kube_qos_from_cgroup_parent, read_
 from koordqos.model.pod import PodInfo
 from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_pod
+from koordqos.testing.poll import wait_until
 
-from .conftest import NODE, eventually
+from .conftest import NODE
 
 
 def proc_root(tmp_path: Path, cpus: int = 4, mem_kb: int = 8 * 1024 * 1024) -> Path:
@@ -75,28 +76,30 @@ async def test_nodeslo_file_edited_while_running_takes_effect(tmp_path: Path) ->
         local = agent.ctx.services["local_sources"]
         assert isinstance(local, LocalSources)
         local.poll_seconds = 0.02
-        await eventually(lambda: agent.ready, what="local mode ready")
+        await wait_until(lambda: agent.ready, message="local mode ready")
         assert threshold(agent) == 70
         path.write_text(slo_yaml(45))
-        await eventually(lambda: threshold(agent) == 45, what="edited threshold in force")
+        await wait_until(lambda: threshold(agent) == 45, message="edited threshold in force")
         before = obs.REGISTRY.get_sample_value("koordqos_nodeslo_invalid_total", {"source": "file"}) or 0.0
         path.write_text(slo_yaml(45).replace("45", "'not-a-number'"))
-        await eventually(lambda: local.nodeslo.invalid_count == 1, what="invalid edit noticed")
+        await wait_until(lambda: local.nodeslo.invalid_count == 1, message="invalid edit noticed")
         assert threshold(agent) == 45  # last good kept
         assert (
             obs.REGISTRY.get_sample_value("koordqos_nodeslo_invalid_total", {"source": "file"}) == before + 1
         )
         path.write_text("spec: [unclosed")
         os.utime(path, ns=(1, 1))
-        await eventually(lambda: local._file_sig is not None and local._file_sig[0] == 1, what="garbage read")
+        await wait_until(
+            lambda: local._file_sig is not None and local._file_sig[0] == 1, message="garbage read"
+        )
         assert threshold(agent) == 45
         path.write_text(slo_yaml(30))
-        await eventually(lambda: threshold(agent) == 30, what="valid again")
+        await wait_until(lambda: threshold(agent) == 30, message="valid again")
 
 
 async def test_local_mode_without_file_uses_defaults_and_procfs(tmp_path: Path) -> None:
     async with running_agent(local_tree(tmp_path, None), local=True) as agent:
-        await eventually(lambda: agent.ready, what="local mode ready")
+        await wait_until(lambda: agent.ready, message="local mode ready")
         assert threshold(agent) == 65
         node = agent.bus.state.node
         assert node is not None
@@ -107,7 +110,7 @@ async def test_local_mode_without_file_uses_defaults_and_procfs(tmp_path: Path) 
 
 async def test_local_pods_come_from_nri_sandboxes(tmp_path: Path) -> None:
     async with running_agent(local_tree(tmp_path, None), local=True) as agent:
-        await eventually(lambda: agent.ready, what="ready")
+        await wait_until(lambda: agent.ready, message="ready")
         sandbox = RuntimeSandbox(
             id="sb1",
             uid="uid-1",
@@ -118,7 +121,7 @@ async def test_local_pods_come_from_nri_sandboxes(tmp_path: Path) -> None:
             cgroup_parent="/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poduid_1.slice",
         )
         await agent.bus.publish(RuntimeSandboxUpserted(sandbox))
-        await eventually(lambda: "uid-1" in agent.bus.state.pods, what="pod from sandbox")
+        await wait_until(lambda: "uid-1" in agent.bus.state.pods, message="pod from sandbox")
         pod = agent.bus.state.pods["uid-1"]
         assert (pod.qos, pod.kube_qos, pod.source, pod.cpuset) == (
             QoSClass.BE,
@@ -127,7 +130,7 @@ async def test_local_pods_come_from_nri_sandboxes(tmp_path: Path) -> None:
             "1-2",
         )
         await agent.bus.publish(RuntimeSandboxRemoved("sb1"))
-        await eventually(lambda: "uid-1" not in agent.bus.state.pods, what="pod removed with its sandbox")
+        await wait_until(lambda: "uid-1" not in agent.bus.state.pods, message="pod removed with its sandbox")
         evicted = await agent.ctx.services["evictor"].evict(pod, "evicted", "test", "CPUEvict")
         assert evicted is True
         assert agent.decisions.recent()[-1].dry_run is True
@@ -153,7 +156,7 @@ async def test_cluster_mode_agent_becomes_ready_against_the_fake_api_server(
     kubeconfig = fake.write_kubeconfig(tmp_path / "kubeconfig")
     tree = {"kube": {"node_name": NODE, "kubeconfig": str(kubeconfig)}}
     async with running_agent(tree, local=False) as agent:
-        await eventually(lambda: agent.ready, what="cluster mode ready")
+        await wait_until(lambda: agent.ready, message="cluster mode ready")
         names = sorted(c.name for c in agent.components)
         assert {"kube-pods", "kube-node", "kube-nodeslo"} <= set(names)
         pod = next(iter(agent.bus.state.pods.values()))
@@ -161,7 +164,7 @@ async def test_cluster_mode_agent_becomes_ready_against_the_fake_api_server(
         assert pod.name == "p1"
         ok = await agent.ctx.services["evictor"].evict(pod, "evicted", "test", "CPUEvict")
         assert ok is True
-        await eventually(lambda: not agent.bus.state.pods, what="evicted pod deleted through the watch")
+        await wait_until(lambda: not agent.bus.state.pods, message="evicted pod deleted through the watch")
     await agent.ctx.services["kube_client"].close()
 
 
@@ -171,8 +174,8 @@ async def test_bad_kubeconfig_is_retried_not_fatal(tmp_path: Path) -> None:
     tree = {"kube": {"node_name": NODE, "kubeconfig": str(bad)}}
     async with running_agent(tree, local=False) as agent:
         reflector = next(c for c in agent.components if c.name == "kube-pods")
-        await eventually(
+        await wait_until(
             lambda: reflector.watch_ends.get("connection", 0) >= 1,  # type: ignore[attr-defined]
-            what="config error counted",
+            message="config error counted",
         )
         assert not agent.ready

@@ -16,8 +16,9 @@ from koordqos.kube.sources import NODES_PATH, NODESLOS_PATH, PODS_PATH, NodeSLOS
 from koordqos.model.nodeslo import default_nodeslo
 from koordqos.model.qos import QoSClass
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
+from koordqos.testing.poll import wait_until
 
-from .conftest import NODE, Recorder, eventually, watches_open
+from .conftest import NODE, Recorder, watches_open
 
 
 class Sources:
@@ -50,8 +51,8 @@ class Sources:
         return {p.name for p in self.bus.state.pods.values()}
 
     async def synced(self) -> None:
-        await eventually(
-            lambda: {"pods", "node", "nodeslo"} <= self.bus.state.synced, what="all sources synced"
+        await wait_until(
+            lambda: {"pods", "node", "nodeslo"} <= self.bus.state.synced, message="all sources synced"
         )
 
 
@@ -118,23 +119,24 @@ async def test_updates_flow_as_events(
     async with running(bus, conn, fast) as s:
         await s.synced()
         fake.upsert("pods", make_pod("new", NODE, qos="LSR"))
-        await eventually(lambda: "new" in s.pod_names(), what="new pod")
+        await wait_until(lambda: "new" in s.pod_names(), message="new pod")
         fake.upsert("pods", make_pod("new", NODE, qos="BE"))
-        await eventually(
+        await wait_until(
             lambda: bus.state.pod_by_name("default", "new").qos is QoSClass.BE,  # type: ignore[union-attr]
-            what="pod relabelled",
+            message="pod relabelled",
         )
         fake.delete("pods", "p0")
-        await eventually(lambda: "p0" not in s.pod_names(), what="pod deleted")
+        await wait_until(lambda: "p0" not in s.pod_names(), message="pod deleted")
         fake.upsert("nodes", make_node(NODE, cpu="16"))
-        await eventually(
-            lambda: bus.state.node is not None and bus.state.node.capacity["cpu"] == 16000, what="node update"
+        await wait_until(
+            lambda: bus.state.node is not None and bus.state.node.capacity["cpu"] == 16000,
+            message="node update",
         )
         fake.upsert(
             "nodeslos",
             make_nodeslo(NODE, {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 55}}),
         )
-        await eventually(lambda: threshold(bus) == 55, what="NodeSLO update")
+        await wait_until(lambda: threshold(bus) == 55, message="NodeSLO update")
         # unchanged resubmission of the node is not republished
         await bus.drained()
         nodes_before = len(recorder.of(NodeUpdated))
@@ -142,7 +144,7 @@ async def test_updates_flow_as_events(
         assert node is not None
         fake.upsert("nodes", node)
         fake.upsert("pods", make_pod("marker", NODE))
-        await eventually(lambda: "marker" in s.pod_names(), what="marker pod")
+        await wait_until(lambda: "marker" in s.pod_names(), message="marker pod")
         await bus.drained()
         assert len(recorder.of(NodeUpdated)) == nodes_before
         assert s.pods.lists == 1  # everything came through the watch
@@ -159,9 +161,9 @@ async def test_pod_deleted_during_outage_is_seen_after_relist(
         fake.upsert("pods", make_pod("born-while-away", NODE))
         fake.compact()  # etcd compaction: the watch cannot resume, a re-list is needed
         await fake.start()
-        await eventually(
+        await wait_until(
             lambda: "p3" not in s.pod_names() and "born-while-away" in s.pod_names(),
-            what="re-list after the outage",
+            message="re-list after the outage",
         )
         assert s.pods.lists >= 2
         assert s.pods.watch_ends.get("expired", 0) >= 1
@@ -178,10 +180,10 @@ async def test_410_gone_recovers_by_relisting(
         fake.delete("pods", "p0")
         fake.compact()
         fake.drop_watches()  # the reconnect asks for a compacted version → ERROR 410
-        await eventually(lambda: s.pods.watch_ends.get("expired", 0) >= 1, what="410 seen")
-        await eventually(lambda: "p0" not in s.pod_names(), what="deleted pod gone after re-list")
+        await wait_until(lambda: s.pods.watch_ends.get("expired", 0) >= 1, message="410 seen")
+        await wait_until(lambda: "p0" not in s.pod_names(), message="deleted pod gone after re-list")
         fake.upsert("pods", make_pod("after", NODE))
-        await eventually(lambda: "after" in s.pod_names(), what="watch resumed after re-list")
+        await wait_until(lambda: "after" in s.pod_names(), message="watch resumed after re-list")
 
 
 async def test_silent_connection_is_detected_by_the_read_timeout(
@@ -194,7 +196,7 @@ async def test_silent_connection_is_detected_by_the_read_timeout(
         await watches_open(fake, "pods")
         fake.stall_watches()  # connections stay open but deliver nothing
         fake.upsert("pods", make_pod("during-stall", NODE))
-        await eventually(lambda: "during-stall" in s.pod_names(), what="event after reconnect")
+        await wait_until(lambda: "during-stall" in s.pod_names(), message="event after reconnect")
         assert s.pods.watch_ends.get("silent", 0) >= 1
         assert s.pods.lists == 1  # resumed from the resourceVersion, no re-list
 
@@ -208,7 +210,7 @@ async def test_bookmarks_advance_the_resource_version(
         await watches_open(fake, "pods")
         fake.upsert("pods", make_pod("elsewhere", "node-b"))  # filtered out: our watch sees nothing
         fake.send_bookmark()
-        await eventually(lambda: s.pods.resource_version == str(fake.rv), what="bookmark applied")
+        await wait_until(lambda: s.pods.resource_version == str(fake.rv), message="bookmark applied")
         assert "elsewhere" not in s.pod_names()
 
 
@@ -222,12 +224,12 @@ async def test_api_server_restart_resumes_the_watch(
         fake.upsert("pods", make_pod("while-down", NODE))
         fake.delete("pods", "p1")
         await fake.start()
-        await eventually(
+        await wait_until(
             lambda: "while-down" in s.pod_names() and "p1" not in s.pod_names(),
-            what="changes made while the server was down",
+            message="changes made while the server was down",
         )
         fake.upsert("pods", make_pod("after-restart", NODE))
-        await eventually(lambda: "after-restart" in s.pod_names(), what="live events after restart")
+        await wait_until(lambda: "after-restart" in s.pod_names(), message="live events after restart")
         assert s.pods.lists == 1  # history survived: resumed from the resourceVersion
 
 
@@ -255,10 +257,10 @@ async def test_invalid_nodeslo_keeps_the_last_good_one(
             "nodeslos",
             make_nodeslo(NODE, {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": "lots"}}),
         )
-        await eventually(lambda: s.nodeslo.invalid_count == 1, what="invalid NodeSLO seen")
+        await wait_until(lambda: s.nodeslo.invalid_count == 1, message="invalid NodeSLO seen")
         assert "resourceUsedThresholdWithBE.cpuSuppressThresholdPercent" in s.nodeslo.last_error
-        await eventually(
-            lambda: any(e["reason"] == "InvalidNodeSLO" for e in fake.events), what="Warning event"
+        await wait_until(
+            lambda: any(e["reason"] == "InvalidNodeSLO" for e in fake.events), message="Warning event"
         )
         event = next(e for e in fake.events if e["reason"] == "InvalidNodeSLO")
         assert event["type"] == "Warning"
@@ -271,7 +273,7 @@ async def test_invalid_nodeslo_keeps_the_last_good_one(
             "nodeslos",
             make_nodeslo(NODE, {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 60}}),
         )
-        await eventually(lambda: threshold(bus) == 60, what="next valid NodeSLO applied")
+        await wait_until(lambda: threshold(bus) == 60, message="next valid NodeSLO applied")
         await bus.drained()
         assert [threshold_of(e) for e in recorder.of(NodeSLOUpdated)] == [70, 60]
 
@@ -292,9 +294,9 @@ async def test_missing_nodeslo_means_defaults_and_deletion_restores_them(
             "nodeslos",
             make_nodeslo(NODE, {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 50}}),
         )
-        await eventually(lambda: threshold(bus) == 50, what="NodeSLO created")
+        await wait_until(lambda: threshold(bus) == 50, message="NodeSLO created")
         fake.delete("nodeslos", NODE)
-        await eventually(lambda: threshold(bus) == 65, what="defaults after deletion")
+        await wait_until(lambda: threshold(bus) == 65, message="defaults after deletion")
 
 
 async def test_nodeslo_resource_not_served_means_defaults(
@@ -311,7 +313,7 @@ async def test_missing_node_keeps_the_source_unsynced_until_it_appears(
     fake: FakeAPIServer, bus: EventBus, conn: KubeConnection, fast: ReflectorSettings
 ) -> None:
     async with running(bus, conn, fast) as s:
-        await eventually(lambda: {"pods", "nodeslo"} <= bus.state.synced, what="pods and nodeslo synced")
+        await wait_until(lambda: {"pods", "nodeslo"} <= bus.state.synced, message="pods and nodeslo synced")
         assert "node" not in bus.state.synced
         fake.upsert("nodes", make_node(NODE))
         await s.synced()

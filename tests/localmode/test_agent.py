@@ -23,8 +23,7 @@ from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.nodefs import SyntheticNode
-
-from .conftest import eventually
+from koordqos.testing.poll import wait_until
 
 SEC = 1_000_000_000
 UID = "5e6f7a8b-1c2d-4e3f-9a0b-1c2d3e4f5a6b"
@@ -114,7 +113,7 @@ async def env(request: pytest.FixtureRequest, short_dir: Path) -> AsyncIterator[
     try:
         await runtime.wait_joined(timeout=10)
         collector = agent.ctx.services["collector"]
-        await eventually(lambda: collector.rounds >= 1, what="the collector's start-up round")
+        await wait_until(lambda: collector.rounds >= 1, message="the collector's start-up round")
         clock = FakeClock()
         collector._clock = clock
         yield Env(node, runtime, agent, collector, clock)
@@ -145,7 +144,7 @@ async def test_be_pod_containers_over_nri_are_measured_per_container(env: Env) -
         pod = env.agent.bus.state.pods.get(UID)
         return pod is not None and [c.state for c in pod.containers] == ["running", "running"]
 
-    await eventually(running, what="the pod with both containers running")
+    await wait_until(running, message="the pod with both containers running")
     pod = env.agent.bus.state.pods[UID]
     assert (pod.source, pod.qos, pod.kube_qos) == ("nri", QoSClass.BE, KubeQoS.BESTEFFORT)
     ids = [f"containerd://{cid}" for cid in CIDS]
@@ -185,9 +184,9 @@ async def test_be_pod_containers_over_nri_are_measured_per_container(env: Env) -
     ctrs[1].state = api.CONTAINER_STOPPED
     await rt.stop_container(pod_pb, ctrs[1])
     await rt.remove_container(pod_pb, ctrs[1])
-    await eventually(
+    await wait_until(
         lambda: [c.name for c in env.agent.bus.state.pods[UID].containers] == ["main"],
-        what="the pod without its removed container",
+        message="the pod without its removed container",
     )
     clock.now += 1
     snap = await coll.round()

@@ -36,8 +36,7 @@ from koordqos.kube.local import (
 from koordqos.model.qos import KubeQoS
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.events import runtime_container
-
-from .conftest import eventually
+from koordqos.testing.poll import wait_until
 
 UID = "0a1b2c3d-0000-4000-8000-000000000001"
 GI = 1 << 30
@@ -199,9 +198,9 @@ async def test_flush_loop_republishes_without_manual_flush(bus: EventBus) -> Non
     task = asyncio.create_task(local._flush_loop())
     try:
         await bus.publish(RuntimeContainerUpserted(ctr("c1")))
-        await eventually(
+        await wait_until(
             lambda: UID in bus.state.pods and len(bus.state.pods[UID].containers) == 1,
-            what="container on the pod",
+            message="container on the pod",
         )
     finally:
         task.cancel()

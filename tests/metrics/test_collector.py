@@ -25,6 +25,7 @@ from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.state import NodeState
 from koordqos.testing.nodefs import SyntheticNode
+from koordqos.testing.poll import wait_until
 
 SEC = 1_000_000_000
 
@@ -322,9 +323,7 @@ async def test_failing_round_is_counted_and_loop_continues(tmp_path: Path) -> No
     coll.collect = flaky  # type: ignore[method-assign]
     task = asyncio.create_task(coll.run())
     try:
-        async with asyncio.timeout(10):
-            while coll.rounds < 1:
-                await asyncio.sleep(0.005)
+        await wait_until(lambda: coll.rounds >= 1, timeout=10, message="a successful collection round")
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

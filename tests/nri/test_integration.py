@@ -7,7 +7,7 @@ import asyncio
 import json
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.testing.mock_nri.link import PluginLink
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.nodefs import SyntheticNode
+from koordqos.testing.poll import wait_until
 
 GI = 1 << 30
 ERS = "node.koordinator.sh/extended-resource-spec"
@@ -82,13 +83,6 @@ class Env:
 
     def cpu(self, rel: str, name: str) -> str:
         return self.node.read(rel, "cpu", name)
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait until `check()` holds (polling a file-backed condition), failing after `timeout`."""
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -179,15 +173,19 @@ async def test_be_pod_gets_batch_limits_in_adjustment_and_cgroup_files(env: Env)
         if v2
         else (lambda: node.read(cdir, "cpu", "cpu.cfs_quota_us"))
     )
-    await eventually(lambda: quota() == "200000")
+    await wait_until(lambda: quota() == "200000", message="quota 200000")
 
     # a value changed behind the agent's back is restored by the reconciler
     if v2:
         node.write(pod_dir, "cpu", "cpu.max", "max 100000")
-        await eventually(lambda: node.read(pod_dir, "cpu", "cpu.max").split()[0] == "200000")
+        await wait_until(
+            lambda: node.read(pod_dir, "cpu", "cpu.max").split()[0] == "200000", message="cpu.max = 200000"
+        )
     else:
         node.write(pod_dir, "cpu", "cpu.cfs_quota_us", -1)
-        await eventually(lambda: env.cpu(pod_dir, "cpu.cfs_quota_us") == "200000")
+        await wait_until(
+            lambda: env.cpu(pod_dir, "cpu.cfs_quota_us") == "200000", message="cpu.cfs_quota_us = 200000"
+        )
 
 
 async def test_update_container_names_its_container(env: Env) -> None:
@@ -223,7 +221,7 @@ async def test_nodeslo_change_reapplies_bvt(env: Env) -> None:
     node = env.node
     be_dir = node.layout.normalize_parent(env.runtime.pods[0].linux.cgroup_parent)
     besteffort = node.layout.qos_dirs()[2]
-    await eventually(lambda: env.cpu(be_dir, "cpu.bvt_warp_ns") == "0")
+    await wait_until(lambda: env.cpu(be_dir, "cpu.bvt_warp_ns") == "0", message="cpu.bvt_warp_ns = 0")
     slo = parse_nodeslo(
         {
             "resourceQOSStrategy": {
@@ -233,9 +231,13 @@ async def test_nodeslo_change_reapplies_bvt(env: Env) -> None:
         }
     )
     await env.agent.bus.publish(NodeSLOUpdated(slo))
-    await eventually(lambda: env.cpu(be_dir, "cpu.bvt_warp_ns") == "-1")
-    await eventually(lambda: env.cpu(besteffort, "cpu.bvt_warp_ns") == "-1")
+    await wait_until(lambda: env.cpu(be_dir, "cpu.bvt_warp_ns") == "-1", message="cpu.bvt_warp_ns = -1")
+    await wait_until(lambda: env.cpu(besteffort, "cpu.bvt_warp_ns") == "-1", message="cpu.bvt_warp_ns = -1")
     # one reconcile pass writes these too; the executor yields between slices of a pass, so wait for them
-    await eventually(lambda: env.cpu(node.layout.qos_dirs()[1], "cpu.bvt_warp_ns") == "2")
+    await wait_until(
+        lambda: env.cpu(node.layout.qos_dirs()[1], "cpu.bvt_warp_ns") == "2", message="cpu.bvt_warp_ns = 2"
+    )
     cdir = node.layout.normalize_parent(env.runtime.containers[0].linux.cgroups_path)
-    await eventually(lambda: env.cpu(cdir, "cpu.bvt_warp_ns") == "-1")  # container dirs follow a rule change
+    await wait_until(
+        lambda: env.cpu(cdir, "cpu.bvt_warp_ns") == "-1", message="cpu.bvt_warp_ns = -1"
+    )  # container dirs follow a rule change
