@@ -87,6 +87,15 @@ def _parse(parse: Callable[[Any], T], raw: Any, kind: str) -> T | None:
         return None
 
 
+def _identified_pod(raw: Mapping[str, Any]) -> PodInfo:
+    """parse_pod (total: a bad label/annotation/part is left out of the pod, never the pod dropped), then
+    reject only what cannot be a pod at all: an object without `metadata.uid`."""
+    pod = parse_pod(raw)
+    if not pod.uid:
+        raise ModelError("no metadata.uid")
+    return pod
+
+
 class PodSource:
     """Pods of this node (field selector `spec.nodeName`)."""
 
@@ -102,7 +111,7 @@ class PodSource:
         for i, raw in enumerate(items):
             if i and i % PARSE_BATCH == 0:
                 await asyncio.sleep(0)
-            pod = _parse(parse_pod, raw, "pod")
+            pod = _parse(_identified_pod, raw, "pod")
             if pod is not None and pod.uid and self._mine(pod):
                 pods.append(pod)
         listed = {p.uid: p.resource_version for p in pods}
@@ -125,7 +134,7 @@ class PodSource:
             if self.known.pop(uid, None) is not None:
                 await self.bus.publish(PodDeleted(uid))
             return
-        pod = _parse(parse_pod, event.object, "pod")
+        pod = _parse(_identified_pod, event.object, "pod")
         if pod is None:
             return
         if not self._mine(pod):
