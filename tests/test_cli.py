@@ -74,3 +74,40 @@ def test_configuration_page_is_current(capsys: pytest.CaptureFixture[str]) -> No
     page = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
     assert page.read_text() == out, "run: python -m koordqos config flags > docs/configuration.md"
     assert "`--dry-run` | `KOORDQOS_DRY_RUN` | `false`" in out
+
+
+def test_validate_names_unknown_nodeslo_keys_and_the_closest_valid_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue #15 item 8: this was "valid NodeSLO"
+    f = tmp_path / "slo.yaml"
+    f.write_text("resourceUsedThresholdWithBE:\n  enabel: true\n  cpuSupressThresholdPercent: 65\n")
+    assert main(["config", "validate", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert 'resourceUsedThresholdWithBE.enabel: unknown field (did you mean "enable"?)' in err
+    assert 'cpuSupressThresholdPercent: unknown field (did you mean "cpuSuppressThresholdPercent"?)' in err
+
+
+def test_validate_rejects_an_out_of_range_percentage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "slo.yaml"
+    f.write_text(
+        "kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE:\n    cpuSuppressThresholdPercent: 165\n"
+    )
+    assert main(["config", "validate", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "resourceUsedThresholdWithBE.cpuSuppressThresholdPercent" in err
+    assert "out of range: 165 (valid: [0, 100])" in err
+
+
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n", "---\n"])
+def test_validate_rejects_an_empty_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    f = tmp_path / "empty.yaml"
+    f.write_text(text)
+    assert main(["config", "validate", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"koordqos: error: {f}: empty file: expected a NodeSLO or an agent config"
