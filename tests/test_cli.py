@@ -111,3 +111,29 @@ def test_validate_rejects_an_empty_file(
     assert main(["config", "validate", str(f)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"koordqos: error: {f}: empty file: expected a NodeSLO or an agent config"
+
+
+def test_run_help_shows_meaningful_metavars_and_every_default(capsys: pytest.CaptureFixture[str]) -> None:
+    # issue #15 item 10: `run --help` showed OPT_* placeholders and no defaults
+    from koordqos.config import FLAGS, flag_default
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "OPT_" not in text
+    for usage in (
+        "--cgroup-root DIR",
+        "--http-addr HOST:PORT",
+        "--nri-socket SOCKET",
+        "--collect-interval SECONDS",
+        "--feature-gates GATE=BOOL[,...]",
+        "--dry-run [BOOL]",
+        "--log-level {debug,info,warning,error}",
+    ):
+        assert usage in text
+    with_default = [f for f in FLAGS if flag_default(f)]
+    assert len(with_default) >= 30
+    for flag in with_default:
+        assert f"default {flag_default(flag)}" in text, flag.name
+    assert "default /sys/fs/cgroup" in text
+    assert "default 0.0.0.0:9316" in text
