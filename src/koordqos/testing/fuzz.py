@@ -278,6 +278,17 @@ class FuzzTarget:
             await self.runtime.wait_joined(timeout=60, after=after)
         return outcome
 
+    async def break_stream(self, data: bytes) -> bool:
+        """Write `data` raw on the current link (a byte stream the plugin cannot resync), then wait until the
+        plugin has joined again; False when the link was already gone."""
+        link = await self.runtime.wait_joined(timeout=60, after=0)
+        try:
+            self.runtime.inject(data, link)
+        except ConnectionClosedError:
+            return False
+        await self.runtime.wait_joined(timeout=60, after=self.runtime.links.index(link) + 1)
+        return True
+
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
