@@ -1,6 +1,6 @@
 """Events and the bus that carries them from sources to strategies, hooks and the reconciler."""
 
-from koordqos.events.bus import EventBus, FailurePolicy, RequestResult
+from koordqos.events.bus import EventBus
 from koordqos.events.types import (
     Event,
     MetricTick,
@@ -10,7 +10,6 @@ from koordqos.events.types import (
     PodDeleted,
     PodsReplaced,
     PodUpserted,
-    RequestEvent,
     RuntimeContainerRemoved,
     RuntimeContainerUpserted,
     RuntimeSandboxRemoved,
@@ -22,7 +21,6 @@ from koordqos.events.types import (
 __all__ = [
     "Event",
     "EventBus",
-    "FailurePolicy",
     "MetricTick",
     "NRIConnectionChanged",
     "NodeSLOUpdated",
@@ -30,8 +28,6 @@ __all__ = [
     "PodDeleted",
     "PodUpserted",
     "PodsReplaced",
-    "RequestEvent",
-    "RequestResult",
     "RuntimeContainerRemoved",
     "RuntimeContainerUpserted",
     "RuntimeSandboxRemoved",
