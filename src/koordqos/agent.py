@@ -87,7 +87,12 @@ def build_services(
 ) -> Services:
     """Detect the node (cgroup layout, topology, kernel capabilities) and build every shared part."""
     paths = config.paths
-    layout = CgroupLayout.detect(paths.cgroup_root, proc_root=paths.proc_root, sys_root=paths.sys_root)
+    layout = CgroupLayout.detect(
+        paths.cgroup_root,
+        proc_root=paths.proc_root,
+        sys_root=paths.sys_root,
+        crio_cgroupfs_bare_ids=paths.crio_cgroupfs_bare_ids,
+    )
     status["cgroups"] = describe(layout)
     executor = CgroupExecutor(
         layout,

@@ -19,7 +19,7 @@ from koordqos.nri.events import NRICall
 from koordqos.nri.plugin import NRIPlugin
 from koordqos.observability import REGISTRY
 from koordqos.state import NodeState
-from koordqos.testing.mock_nri import MockRuntime
+from koordqos.testing.mock_nri.runtime import MockRuntime
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ from koordqos.hooks.resources import (
     milli_cpu_to_shares,
 )
 from koordqos.hooks.rules import NodeRules, SLOView
-from koordqos.model.pod import BATCH_CPU, BATCH_MEMORY, QoSClass
+from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY
+from koordqos.model.qos import QoSClass
 
 NAME = "BatchResource"
 GATE = "BatchResource"

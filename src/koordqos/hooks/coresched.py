@@ -20,7 +20,7 @@ from koordqos.hooks.context import ContainerContext, KubeQoSContext, Stage, qos_
 from koordqos.hooks.framework import HookFn, HookPlugin, HookSpec, Level, Reconciler
 from koordqos.hooks.options import HookOptions
 from koordqos.hooks.rules import ClassCPUQOS, SLOView
-from koordqos.model.pod import KubeQoS, QoSClass
+from koordqos.model.qos import KubeQoS, QoSClass
 
 log = structlog.get_logger("koordqos.hooks.coresched")
 

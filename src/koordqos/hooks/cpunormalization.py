@@ -10,7 +10,7 @@ from koordqos.hooks.cpusetutil import has_pinned_cpuset
 from koordqos.hooks.framework import SHARE, HookFn, HookPlugin, HookSpec, Level, Reconciler
 from koordqos.hooks.resources import Resources
 from koordqos.hooks.rules import NodeRules
-from koordqos.model.pod import QoSClass
+from koordqos.model.qos import QoSClass
 
 NAME = "CPUNormalization"
 GATE = "CPUNormalization"

@@ -10,7 +10,7 @@ from koordqos.hooks.cpusetutil import parse_resource_status
 from koordqos.hooks.framework import PINNED, UNPINNED, HookFn, HookPlugin, HookSpec, Level, Reconciler
 from koordqos.hooks.options import HookOptions
 from koordqos.hooks.rules import CPUSharePool, NodeRules, TopologyView
-from koordqos.model.pod import KubeQoS, QoSClass
+from koordqos.model.qos import KubeQoS, QoSClass
 
 NAME = "CPUSetAllocator"
 GATE = "CPUSetAllocator"

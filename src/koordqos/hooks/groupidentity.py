@@ -16,7 +16,7 @@ from koordqos.hooks.framework import HookFn, HookPlugin, HookSpec, Level, Reconc
 from koordqos.hooks.options import BvtSystem
 from koordqos.hooks.resources import Resources
 from koordqos.hooks.rules import SLOView
-from koordqos.model.pod import KubeQoS, QoSClass
+from koordqos.model.qos import KubeQoS, QoSClass
 
 NAME = "GroupIdentity"
 GATE = "GroupIdentity"

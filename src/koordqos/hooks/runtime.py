@@ -37,8 +37,9 @@ from koordqos.hooks.rules import (
     cpu_normalization_ratio,
     slo_view,
 )
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO
-from koordqos.model.pod import NodeInfo, QoSClass
+from koordqos.model.qos import QoSClass
 from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.hooks")
