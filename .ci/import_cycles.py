@@ -1,7 +1,9 @@
 """Fail when modules of src/koordqos import each other in a cycle (any length), listing each cycle.
 
 Run by `nox -s lint` next to `lint-imports` (whose layers contracts keep packages in order; this keeps
-modules acyclic, including within a layer). TYPE_CHECKING imports count too.
+modules acyclic, including within a layer). TYPE_CHECKING imports count too, and so does the import Python
+makes implicitly: importing `a.b.c` first runs `a/__init__` and `a/b/__init__` (a package `__init__` that
+imports a module which imports back into the package is a cycle even when no two modules name each other).
 """
 
 from __future__ import annotations
@@ -9,6 +11,19 @@ from __future__ import annotations
 import sys
 
 import grimp
+
+
+def _imports(graph: grimp.ImportGraph, module: str, root: str) -> list[str]:
+    """What importing `module` imports: its direct imports and each one's parent packages below `root`."""
+    out: set[str] = set()
+    for imported in graph.find_modules_directly_imported_by(module):
+        parts = imported.split(".")
+        for i in range(2, len(parts) + 1):
+            name = ".".join(parts[:i])
+            if name != module and not module.startswith(name + "."):
+                out.add(name)
+    out.discard(root)
+    return sorted(out)
 
 
 def cycles(package: str) -> list[list[str]]:
@@ -22,7 +37,7 @@ def cycles(package: str) -> list[list[str]]:
     for root in sorted(graph.modules):
         if root in index:
             continue
-        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        work = [(root, iter(_imports(graph, root, package)))]
         index[root] = low[root] = len(index)
         stack.append(root)
         on_stack.add(root)
@@ -34,7 +49,7 @@ def cycles(package: str) -> list[list[str]]:
                     index[child] = low[child] = len(index)
                     stack.append(child)
                     on_stack.add(child)
-                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                    work.append((child, iter(_imports(graph, child, package))))
                 elif child in on_stack:
                     low[node] = min(low[node], index[child])
                 continue

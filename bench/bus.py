@@ -6,7 +6,8 @@ import asyncio
 import time
 
 from _common import machine, median, parser, percentile, table
-from koordqos.events import EventBus, PodUpserted
+from koordqos.events.bus import EventBus
+from koordqos.events.types import PodUpserted
 from koordqos.hooks.context import PodContext, PodRequest, Stage
 from koordqos.hooks.core import run_call, run_stage
 from koordqos.hooks.framework import HookRegistry

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from koordqos.events import (
-    EventBus,
+from koordqos.events.bus import EventBus
+from koordqos.events.types import (
     MetricTick,
     PodDeleted,
     PodUpserted,

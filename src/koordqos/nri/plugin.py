@@ -36,7 +36,7 @@ from koordqos.nri.mask import (
     parse_event_mask,
     validate_event_mask,
 )
-from koordqos.nri.session import NRIHandler, PluginSession, _parse, no_hooks
+from koordqos.nri.session import NRIHandler, PluginSession, no_hooks, parse_payload
 
 log = structlog.get_logger("koordqos.nri")
 
@@ -147,7 +147,7 @@ class NRIPlugin:
             raise NRINotConnectedError(str(exc)) from None
         if resp.status.code:
             raise KoordQoSError(f"UpdateContainers failed: {resp.status.message} (code {resp.status.code})")
-        out = _parse(api.UpdateContainersResponse, resp.payload, "UpdateContainersResponse")
+        out = parse_payload(api.UpdateContainersResponse, resp.payload, "UpdateContainersResponse")
         return list(out.failed)
 
     # -- component --------------------------------------------------------------------------------

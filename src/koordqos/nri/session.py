@@ -95,7 +95,8 @@ P = TypeVar("P", bound=ProtoMessage)
 Handler = Callable[[bytes, float, int], Awaitable[bytes]]
 
 
-def _parse(cls: type[P], payload: bytes, method: str) -> P:
+def parse_payload(cls: type[P], payload: bytes, method: str) -> P:
+    """Decode a message of `cls` (ProtocolError, which drops the connection, when it does not parse)."""
     msg = cls()
     try:
         msg.ParseFromString(payload)
@@ -212,7 +213,7 @@ class PluginSession:
     # -- configure / synchronize ------------------------------------------------------------------
 
     async def _configure(self, payload: bytes, received: float, timeout_nano: int) -> bytes:
-        req = _parse(api.ConfigureRequest, payload, "Configure")
+        req = parse_payload(api.ConfigureRequest, payload, "Configure")
         self.runtime = f"{req.runtime_name} {req.runtime_version}".strip()
         self.nri_version = req.NRI_version
         if req.request_timeout > 0:
@@ -253,7 +254,7 @@ class PluginSession:
         return api.ConfigureResponse(events=mask).SerializeToString()
 
     async def _synchronize(self, payload: bytes, received: float, timeout_nano: int) -> bytes:
-        req = _parse(api.SynchronizeRequest, payload, "Synchronize")
+        req = parse_payload(api.SynchronizeRequest, payload, "Synchronize")
         if self._sync_started is None:
             self._sync_started = received  # one request timeout covers the whole chunked exchange
         self._sync_pods.extend(req.pods)
@@ -310,7 +311,7 @@ class PluginSession:
 
     def _pod_rpc(self, req_cls: type[Any], cls: type[NRIPodEvent]) -> Handler:
         async def handler(payload: bytes, received: float, tn: int) -> bytes:
-            req = _parse(req_cls, payload, req_cls.__name__)
+            req = parse_payload(req_cls, payload, req_cls.__name__)
             await self._pod_event(cls, req.pod, received, tn)
             return b""
 
@@ -321,7 +322,7 @@ class PluginSession:
         self._publish(RuntimeContainerUpserted(runtime_container(ctr, uid, state)))
 
     async def _create_container(self, payload: bytes, received: float, tn: int) -> bytes:
-        req = _parse(api.CreateContainerRequest, payload, "CreateContainer")
+        req = parse_payload(api.CreateContainerRequest, payload, "CreateContainer")
         self._container_upserted(req.pod, req.container, "created")
         event = NRICreateContainer(req.pod, req.container)
         await self._request(event, received, tn)
@@ -350,14 +351,14 @@ class PluginSession:
 
     def _start_rpc(self, req_cls: type[Any], phase: str) -> Handler:
         async def handler(payload: bytes, received: float, tn: int) -> bytes:
-            req = _parse(req_cls, payload, req_cls.__name__)
+            req = parse_payload(req_cls, payload, req_cls.__name__)
             await self._start(phase, req.pod, req.container, received, tn)
             return b""
 
         return handler
 
     async def _update_container(self, payload: bytes, received: float, tn: int) -> bytes:
-        req = _parse(api.UpdateContainerRequest, payload, "UpdateContainer")
+        req = parse_payload(api.UpdateContainerRequest, payload, "UpdateContainer")
         if req.HasField("linux_resources"):
             # NodeState keeps the resources being asked for, not the ones the update replaces
             updated = api.Container()
@@ -372,7 +373,7 @@ class PluginSession:
         return api.UpdateContainerResponse(update=event.effective_updates()).SerializeToString()
 
     async def _stop_container(self, payload: bytes, received: float, tn: int) -> bytes:
-        req = _parse(api.StopContainerRequest, payload, "StopContainer")
+        req = parse_payload(api.StopContainerRequest, payload, "StopContainer")
         self._container_upserted(req.pod, req.container, "stopped")
         event = NRIStopContainer(req.pod, req.container)
         await self._request(event, received, tn)
@@ -383,13 +384,13 @@ class PluginSession:
         self._publish(RuntimeContainerRemoved(ctr.id))
 
     async def _remove_container(self, payload: bytes, received: float, tn: int) -> bytes:
-        req = _parse(api.RemoveContainerRequest, payload, "RemoveContainer")
+        req = parse_payload(api.RemoveContainerRequest, payload, "RemoveContainer")
         await self._removed(req.pod, req.container, received, tn)
         return b""
 
     async def _state_change(self, payload: bytes, received: float, tn: int) -> bytes:
         """The pre-v0.12 (and fallback) route for the non-adjusting events."""
-        req = _parse(api.StateChangeEvent, payload, "StateChange")
+        req = parse_payload(api.StateChangeEvent, payload, "StateChange")
         ev = req.event
         if ev not in self._fallback_logged:
             self._fallback_logged.add(ev)
@@ -411,13 +412,13 @@ class PluginSession:
 
     def _noop(self, req_cls: type[Any]) -> Handler:
         async def handler(payload: bytes, received: float, tn: int) -> bytes:
-            _parse(req_cls, payload, req_cls.__name__)
+            parse_payload(req_cls, payload, req_cls.__name__)
             return b""
 
         return handler
 
     async def _validate(self, payload: bytes, received: float, tn: int) -> bytes:
-        _parse(api.ValidateContainerAdjustmentRequest, payload, "ValidateContainerAdjustment")
+        parse_payload(api.ValidateContainerAdjustmentRequest, payload, "ValidateContainerAdjustment")
         return api.ValidateContainerAdjustmentResponse(reject=False).SerializeToString()
 
 
