@@ -101,6 +101,11 @@ class HookSettings(_Group):
     proxy_enabled: bool = False
     proxy_addr: Path = Path("/var/run/koordlet/koordlet.sock")
     proxy_config_path: Path = Path("/etc/runtime/hookserver.d")
+    # the socket path as koord-runtime-proxy sees it on the host (the registration's remote-endpoint); the
+    # listen address may be a container path mounted there
+    proxy_host_endpoint: str = "/var/run/koordlet/koordlet.sock"
+    proxy_max_connections: int = Field(64, ge=1)
+    proxy_max_message_bytes: int = Field(4 << 20, ge=1024)
     disable_unset_cpu_quota: bool = False
     disable_stages: tuple[str, ...] = ()
 
@@ -266,6 +271,23 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("runtime-hooks-addr", "hooks.proxy_addr", "unix socket of the RuntimeHookService"),
     Flag(
+        "runtime-hooks-host-endpoint",
+        "hooks.proxy_host_endpoint",
+        "proxy mode: the socket path koord-runtime-proxy dials (the registration file's remote-endpoint)",
+    ),
+    Flag(
+        "runtime-hooks-max-connections",
+        "hooks.proxy_max_connections",
+        "proxy mode: connections open at once; more are closed at accept",
+        int,
+    ),
+    Flag(
+        "runtime-hooks-max-message-bytes",
+        "hooks.proxy_max_message_bytes",
+        "proxy mode: larger requests are refused with RESOURCE_EXHAUSTED (grpc-go's 4 MiB default)",
+        int,
+    ),
+    Flag(
         "runtime-hooks-config-path",
         "hooks.proxy_config_path",
         "directory of the runtime-proxy registration file",
@@ -341,6 +363,9 @@ _METAVARS = {
     "nri-plugin-name": "NAME",
     "nri-plugin-index": "NN",
     "runtime-hooks-addr": "SOCKET",
+    "runtime-hooks-host-endpoint": "SOCKET",
+    "runtime-hooks-max-connections": "N",
+    "runtime-hooks-max-message-bytes": "BYTES",
     "runtime-hooks-config-path": "DIR",
     "runtime-hooks-disable-stages": "STAGE[,STAGE...]",
     "qos-extension-plugins": "NAME=BOOL[,...]",
