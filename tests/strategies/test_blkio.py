@@ -111,7 +111,10 @@ POD_ANNOTATION = json.dumps(
 )
 STALE = {(BE_DIR, r): "253:0 500\n" for r in (READ_IOPS, READ_BPS, WRITE_IOPS, WRITE_BPS)} | {
     (BE_DIR, WEIGHT): "default 100\n253:0 50\n",
-    ("", COST_QOS): "253:0 enable=1 ctrl=user rpct=95.00 rlat=3000 wpct=95.00 wlat=3000 min=50.00 max=150.00\n",
+    (
+        "",
+        COST_QOS,
+    ): "253:0 enable=1 ctrl=user rpct=95.00 rlat=3000 wpct=95.00 wlat=3000 min=50.00 max=150.00\n",
 }
 
 
@@ -188,13 +191,17 @@ def test_empty_annotation_resets_the_pod_and_unresolvable_blocks_abort_the_targe
     assert _lines(plan.writes, POD_DIR) == [(READ_IOPS, "253:16 0")]
     bad = json.dumps({"blocks": [{"name": "nope", "type": "podvolume", "ioCfg": {}}]})
     plan = plan_blkio(_inputs(_pod(bad), current))
-    assert _lines(plan.writes, POD_DIR) == [] and "nope" in plan.problems["default/web"]
+    assert _lines(plan.writes, POD_DIR) == []
+    assert "nope" in plan.problems["default/web"]
     plan = plan_blkio(_inputs(_pod("{not json"), current))
-    assert _lines(plan.writes, POD_DIR) == [] and "default/web" in plan.problems
+    assert _lines(plan.writes, POD_DIR) == []
+    assert "default/web" in plan.problems
 
 
 def test_pods_without_qos_label_or_not_running_are_skipped() -> None:
-    pod = PodInfo(uid=UID, annotations={"koordinator.sh/blkioQOS": POD_ANNOTATION}, kube_qos=KubeQoS.BESTEFFORT)
+    pod = PodInfo(
+        uid=UID, annotations={"koordinator.sh/blkioQOS": POD_ANNOTATION}, kube_qos=KubeQoS.BESTEFFORT
+    )
     assert _lines(plan_blkio(_inputs(pod)).writes, POD_DIR) == []
     pending = _pod(POD_ANNOTATION).model_copy(update={"phase": "Pending"})
     assert _lines(plan_blkio(_inputs(pending)).writes, POD_DIR) == []
@@ -232,8 +239,11 @@ def test_per_device_comparison_and_v2_rendering() -> None:
     assert same_value(iops, v2, "253:16 rbps=max wbps=max riops=1024 wiops=max\n", "253:16 riops=1024")
     assert same_value(iops, v2, "", "253:16 riops=max")
     qos = get_resource(COST_QOS)
-    assert same_value(qos, v1, STALE[("", COST_QOS)], "253:0 enable=1 ctrl=user rpct=95 rlat=3000 wpct=95 wlat=3000")
-    assert get_resource(READ_IOPS).file(v2) == "io.max" and weight.file(v2) == "io.weight"
+    assert same_value(
+        qos, v1, STALE[("", COST_QOS)], "253:0 enable=1 ctrl=user rpct=95 rlat=3000 wpct=95 wlat=3000"
+    )
+    assert get_resource(READ_IOPS).file(v2) == "io.max"
+    assert weight.file(v2) == "io.weight"
 
 
 def test_read_local_storage_from_sys_and_proc(tmp_path: Path) -> None:
@@ -250,7 +260,9 @@ def test_read_local_storage_from_sys_and_proc(tmp_path: Path) -> None:
     (dm / "dm/name").write_text("yoda--pool0-pv--html\n")
     proc_root.mkdir()
     (proc_root / "mounts").write_text(
-        f"/dev/vda / ext4 rw 0 0\n/dev/mapper/yoda--pool0-pv--html {MOUNT} ext4 rw 0 0\nproc /proc proc rw 0 0\n"
+        "/dev/vda / ext4 rw 0 0\n"
+        f"/dev/mapper/yoda--pool0-pv--html {MOUNT} ext4 rw 0 0\n"
+        "proc /proc proc rw 0 0\n"
     )
     storage = read_local_storage(sys_root, proc_root)
     assert storage.disk_number == {"/dev/vda": "253:0", "/dev/vdb": "253:16"}
@@ -259,5 +271,6 @@ def test_read_local_storage_from_sys_and_proc(tmp_path: Path) -> None:
     assert storage.number_of_vg("yoda-pool0") == "253:16"
     assert storage.number_of_device(storage.mount_device[MOUNT]) == "253:16"
     assert storage.number_of_device("/dev/vda1") == "253:0"
-    assert split_dm_name("a--b-c") == ("a-b", "c") and split_dm_name("plain") is None
+    assert split_dm_name("a--b-c") == ("a-b", "c")
+    assert split_dm_name("plain") is None
     assert parse_mounts("/dev/sda1 /mnt/my\\040disk ext4 rw 0 0\n") == {"/mnt/my disk": "/dev/sda1"}

@@ -51,7 +51,7 @@ def test_cat_l3_mask_spec_cases(cbm: int, start: int, end: int, mask: str) -> No
     [(0x101, 0, 100), (4, 0, 100), (0xFF, -10, 50), (0xFF, 50, 50), (0xFF, 0, 101), (0, 0, 100)],
 )
 def test_cat_l3_mask_errors(cbm: int, start: int, end: int) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cbm|range"):
         cat_l3_mask(cbm, start, end)
 
 
@@ -59,7 +59,7 @@ def test_parse_cbm() -> None:
     assert parse_cbm("7ff\n") == 0x7FF
     assert parse_cbm("0x3ff") == 0x3FF
     for bad in ("", "zz"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="cbm|invalid literal"):
             parse_cbm(bad)
 
 
@@ -103,7 +103,9 @@ INFO2 = ResctrlInfo(cbm=0x7FF, cache_ids=(0, 1), vendor=VENDOR_INTEL)
 
 
 def _slo(**classes: dict[str, object]) -> object:
-    return parse_nodeslo({"spec": {"resourceQOSStrategy": {k: {"resctrlQOS": v} for k, v in classes.items()}}})
+    return parse_nodeslo(
+        {"spec": {"resourceQOSStrategy": {k: {"resctrlQOS": v} for k, v in classes.items()}}}
+    )
 
 
 def test_class_schemata_spec_cases() -> None:
@@ -111,8 +113,12 @@ def test_class_schemata_spec_cases() -> None:
         {
             "spec": {
                 "resourceQOSStrategy": {
-                    "lsClass": {"resctrlQOS": {"enable": True, "catRangeStartPercent": 10, "catRangeEndPercent": 50}},
-                    "lsrClass": {"resctrlQOS": {"enable": True, "catRangeStartPercent": 0, "catRangeEndPercent": 50}},
+                    "lsClass": {
+                        "resctrlQOS": {"enable": True, "catRangeStartPercent": 10, "catRangeEndPercent": 50}
+                    },
+                    "lsrClass": {
+                        "resctrlQOS": {"enable": True, "catRangeStartPercent": 0, "catRangeEndPercent": 50}
+                    },
                     "beClass": {"resctrlQOS": {"enable": True, "mbaPercent": 90}},
                 }
             }
@@ -138,16 +144,22 @@ def test_amd_be_30_percent_on_four_caches() -> None:
 
     info = ResctrlInfo(0x7FF, (0, 1, 2, 3), VENDOR_AMD)
     text, problem = class_schemata(ResctrlQOS(enable=True, mba_percent=30), info)
-    assert text == "MB:0=48;1=48;2=48;3=48;\n" and problem is None
+    assert text == "MB:0=48;1=48;2=48;3=48;\n"
+    assert problem is None
     text, problem = class_schemata(ResctrlQOS(enable=True, mba_percent=101), info)
-    assert text == "" and problem is not None and "101" in problem
+    assert text == ""
+    assert problem is not None
+    assert "101" in problem
     text, problem = class_schemata(
         ResctrlQOS(enable=True, cat_range_start_percent=50, cat_range_end_percent=50), info
     )
-    assert text == "" and problem is not None
+    assert text == ""
+    assert problem is not None
 
 
-def _pod(uid: str, qos: str | None, annotations: dict[str, str] | None = None, phase: str = "Running") -> PodInfo:
+def _pod(
+    uid: str, qos: str | None, annotations: dict[str, str] | None = None, phase: str = "Running"
+) -> PodInfo:
     labels = {"koordinator.sh/qosClass": qos} if qos else {}
     return PodInfo(
         uid=uid,
@@ -219,7 +231,9 @@ def test_pod_groups_created_filled_and_collected() -> None:
     assert plan.remove == ["koordlet-gone"]
     # without the hook gate: no pod groups, and the annotated pod still stays out of the class groups
     off = plan_resctrl(ResctrlInputs(ENABLED, INFO2, pods, {}, {"p1": [10], "p2": [20]}))
-    assert off.create == [] and off.remove == [] and off.tasks == {"BE": [20]}
+    assert off.create == []
+    assert off.remove == []
+    assert off.tasks == {"BE": [20]}
 
 
 def test_pod_annotation_per_cache_and_errors() -> None:
@@ -236,4 +250,6 @@ def test_pod_annotation_per_cache_and_errors() -> None:
             parse_pod_resctrl(bad)
     pods = {"p": _pod("p", "LS", {"node.koordinator.sh/resctrl": "{"})}
     plan = plan_resctrl(ResctrlInputs(ENABLED, INFO2, pods, {}, {"p": [1]}, pod_groups=True))
-    assert "ns/p" in plan.problems and plan.create == [] and plan.tasks == {}
+    assert "ns/p" in plan.problems
+    assert plan.create == []
+    assert plan.tasks == {}

@@ -41,15 +41,22 @@ def test_spec_values_4724464_99_1() -> None:
 
 def test_out_of_range_values_leave_files_unchanged() -> None:
     plan = plan_system_config(
-        SysInputs(_strategy(minFreeKbytesFactor=400, watermarkScaleFactor=500, memcgReapBackGround=2), NODE_512GI, ALL)
+        SysInputs(
+            _strategy(minFreeKbytesFactor=400, watermarkScaleFactor=500, memcgReapBackGround=2),
+            NODE_512GI,
+            ALL,
+        )
     )
     assert plan.writes == []
     assert set(plan.problems) == {"minFreeKbytesFactor", "watermarkScaleFactor", "memcgReapBackGround"}
     assert "21474836" in plan.problems["minFreeKbytesFactor"]
     plan = plan_system_config(
-        SysInputs(_strategy(minFreeKbytesFactor=0, watermarkScaleFactor=5, memcgReapBackGround=-1), NODE_512GI, ALL)
+        SysInputs(
+            _strategy(minFreeKbytesFactor=0, watermarkScaleFactor=5, memcgReapBackGround=-1), NODE_512GI, ALL
+        )
     )
-    assert plan.writes == [] and len(plan.problems) == 3
+    assert plan.writes == []
+    assert len(plan.problems) == 3
 
 
 def test_no_node_or_no_memory_or_empty_strategy_writes_nothing() -> None:
@@ -72,12 +79,18 @@ def test_optional_knobs() -> None:
 def test_sched_features() -> None:
     s = _strategy(schedFeatures={"ID_ABSOLUTE_EXPEL": True})
     plan = plan_system_config(SysInputs(s, NODE_512GI, ALL, parse_sched_features("NO_ID_ABSOLUTE_EXPEL")))
-    assert [(w.target, w.value, w.cacheable) for w in plan.writes] == [(SCHED_FEATURES, "ID_ABSOLUTE_EXPEL\n", False)]
+    assert [(w.target, w.value, w.cacheable) for w in plan.writes] == [
+        (SCHED_FEATURES, "ID_ABSOLUTE_EXPEL\n", False)
+    ]
     s = _strategy(schedFeatures={"ID_EXPELLER_SHARE_CORE": False})
-    plan = plan_system_config(SysInputs(s, NODE_512GI, ALL, parse_sched_features("ID_EXPELLER_SHARE_CORE FOO")))
+    plan = plan_system_config(
+        SysInputs(s, NODE_512GI, ALL, parse_sched_features("ID_EXPELLER_SHARE_CORE FOO"))
+    )
     assert [w.value for w in plan.writes] == ["NO_ID_EXPELLER_SHARE_CORE\n"]
     # already in the wanted state: nothing
-    plan = plan_system_config(SysInputs(s, NODE_512GI, ALL, parse_sched_features("NO_ID_EXPELLER_SHARE_CORE")))
+    plan = plan_system_config(
+        SysInputs(s, NODE_512GI, ALL, parse_sched_features("NO_ID_EXPELLER_SHARE_CORE"))
+    )
     assert plan.writes == []
     assert parse_sched_features("A NO_B\n") == {"A": True, "B": False}
 

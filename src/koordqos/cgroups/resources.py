@@ -187,7 +187,8 @@ def _same_device_entry(name: str, version: CgroupVersion, current: str, rendered
     if name in DEVICE_KV_RESOURCES or (version is CgroupVersion.V2 and name in IO_MAX_KEYS):
         have_kv = _kv(have or "")
         return all(
-            _same_number(have_kv.get(k, "max" if name in IO_MAX_KEYS else ""), v) for k, v in _kv(want).items()
+            _same_number(have_kv.get(k, "max" if name in IO_MAX_KEYS else ""), v)
+            for k, v in _kv(want).items()
         )
     default = DEVICE_DEFAULTS.get(name, "")
     return (have if have is not None else default) == want.strip()
@@ -354,9 +355,25 @@ _RESOURCES: tuple[Resource, ...] = (
             "blkio.throttle.write_bps_device",
         )
     ),
-    _r("blkio.cost.weight", "blkio", "blkio.cost.weight", "io.weight", _device_weight, standard=False, numeric=False),
+    _r(
+        "blkio.cost.weight",
+        "blkio",
+        "blkio.cost.weight",
+        "io.weight",
+        _device_weight,
+        standard=False,
+        numeric=False,
+    ),
     _r("blkio.cost.qos", "blkio", "blkio.cost.qos", "io.cost.qos", _device_kv, numeric=False, root_only=True),
-    _r("blkio.cost.model", "blkio", "blkio.cost.model", "io.cost.model", _device_kv, numeric=False, root_only=True),
+    _r(
+        "blkio.cost.model",
+        "blkio",
+        "blkio.cost.model",
+        "io.cost.model",
+        _device_kv,
+        numeric=False,
+        root_only=True,
+    ),
     # net_cls (v1 only)
     _r("net_cls.classid", "net_cls", "net_cls.classid", None, int_range(0, 0xFFFFFFFF)),
 )
@@ -389,8 +406,8 @@ def render(resource: Resource, value: int | str, version: CgroupVersion, current
     if not resource.numeric:
         text = str(value).strip()
         if version is CgroupVersion.V2 and resource.name in IO_MAX_KEYS:
-            dev, _, v = text.partition(" ")
-            return f"{dev} {IO_MAX_KEYS[resource.name]}={'max' if v == '0' else v}"
+            dev, _, limit = text.partition(" ")
+            return f"{dev} {IO_MAX_KEYS[resource.name]}={'max' if limit == '0' else limit}"
         return text
     v = _as_int(value)
     assert v is not None  # validated above

@@ -120,5 +120,9 @@ def read_local_storage(sys_root: Path | str, proc_root: Path | str) -> LocalStor
             disk = dev if dev in disks else parts.get(dev)
             if disk is not None:
                 vg_disk.setdefault(vg, disk)
-    mounts = parse_mounts(_read(Path(proc_root) / "mounts") or "")
-    return LocalStorage(disks, parts, vg_disk, lv_vg, mounts)
+    return LocalStorage(disks, parts, vg_disk, lv_vg, read_mounts(proc_root))
+
+
+def read_mounts(proc_root: Path | str) -> dict[str, str]:
+    """Mount point → device from `<proc>/mounts`."""
+    return parse_mounts(_read(Path(proc_root) / "mounts") or "")

@@ -12,14 +12,24 @@ Pure: `plan_blkio` turns `BlkioInputs` into `CgroupWrite` intents.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+import contextlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from koordqos.cgroups.executor import CgroupWrite, Level
+from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.resources import parse_device_lines
-from koordqos.metrics.localstorage import LocalStorage
+from koordqos.errors import KoordQoSError
+from koordqos.metrics.localstorage import LocalStorage, read_local_storage, read_mounts
 from koordqos.model.nodeslo import BlkIOQOS, BlockCfg, IOCfg, NodeSLO
-from koordqos.model.pod import ANNOTATION_BLKIO_QOS, PodInfo, QoSClass
+from koordqos.model.pod import ANNOTATION_BLKIO_QOS, KubeQoS, PodInfo, QoSClass
+from koordqos.state import NodeState
+from koordqos.strategies.framework import INVALID_CONFIG, StrategyEnv
+
+if TYPE_CHECKING:
+    from koordqos.config import AgentConfig
 
 NAME = "BlkioReconcile"
 REASON = "UpdateBlkio"
@@ -255,3 +265,69 @@ def plan_blkio(inp: BlkioInputs) -> BlkioPlan:
             continue
         _target(plan, inp, pod.key, parent, Level.POD, _blocks(parsed), pod)
     return plan
+
+
+# -- the strategy as the QoS manager runs it -------------------------------------------------------------
+
+STORAGE_REFRESH_SECONDS = 60.0  # disks and LVs change rarely; pod volume mounts are re-read every round
+
+
+class BlkioReconcileStrategy:
+    """BlkioReconcile: reads what the target files hold, plans, applies (cacheable) through the executor."""
+
+    name = NAME
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._storage: LocalStorage | None = None
+        self._storage_at = float("-inf")
+        self.last_plan: BlkioPlan | None = None
+
+    def enabled(self, config: AgentConfig) -> bool:
+        """Gate BlkIOReconcile and a positive interval."""
+        return config.gate("BlkIOReconcile") and config.qos.reconcile_interval_seconds > 0
+
+    def interval(self, config: AgentConfig) -> float:
+        """--reconcile-interval-seconds."""
+        return config.qos.reconcile_interval_seconds
+
+    def storage(self, env: StrategyEnv) -> LocalStorage:
+        """The node's local storage (block devices re-scanned every minute, mounts every round)."""
+        cfg = env.config.paths
+        now = self.clock()
+        if self._storage is None or now - self._storage_at >= STORAGE_REFRESH_SECONDS:
+            self._storage = read_local_storage(cfg.sys_root, cfg.proc_root)
+            self._storage_at = now
+        else:
+            self._storage = replace(self._storage, mount_device=read_mounts(cfg.proc_root))
+        return self._storage
+
+    async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
+        """Plan from the state, the storage and the files' current content; apply in target order."""
+        layout: CgroupLayout | None = env.services.get("cgroup_layout")
+        executor = env.services.get("executor")
+        if layout is None or executor is None or state.node_slo is None:
+            return
+        be_dir = layout.qos_dir(KubeQoS.BESTEFFORT)
+        pod_dirs: dict[str, str] = {}
+        for uid, pod in state.pods.items():
+            if ANNOTATION_BLKIO_QOS in pod.annotations and pod.phase == "Running":
+                with contextlib.suppress(KoordQoSError):
+                    pod_dirs[uid] = layout.pod_dir(pod)
+        current: dict[tuple[str, str], str] = {}
+        for parent in (be_dir, *pod_dirs.values()):
+            for resource in THROTTLE_FILES:
+                text = executor.read(parent, resource)
+                if text is not None:
+                    current[(parent, resource)] = text
+        text = executor.read(ROOT_DIR, COST_QOS)
+        if text is not None:
+            current[(ROOT_DIR, COST_QOS)] = text
+        inp = BlkioInputs(state.node_slo, self.storage(env), state.pods, be_dir, pod_dirs, current)
+        plan = plan_blkio(inp)
+        self.last_plan = plan
+        for key, msg in plan.problems.items():
+            INVALID_CONFIG.labels(NAME).inc()
+            env.warn_once(f"blkio:{key}:{msg}", "blkio target skipped", target=key, error=msg)
+        if plan.writes:
+            await executor.apply_sequential(NAME, plan.writes, REASON)

@@ -12,9 +12,15 @@ top-down, then writes exact values bottom-up). Pure: `plan_pod` / `plan_qos` ret
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+import structlog
+from prometheus_client import Gauge
+
+from koordqos import observability as obs
 from koordqos.cgroups.executor import CgroupWrite, Level
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.errors import KoordQoSError
@@ -27,6 +33,20 @@ from koordqos.model.nodeslo import (
 )
 from koordqos.model.pod import BATCH_MEMORY, ContainerInfo, KubeQoS, PodInfo, QoSClass
 from koordqos.model.quantity import to_int
+from koordqos.state import NodeState
+from koordqos.strategies.framework import INVALID_CONFIG, StrategyEnv
+
+if TYPE_CHECKING:
+    from koordqos.config import AgentConfig
+
+log = structlog.get_logger("koordqos.strategies.memoryqos")
+
+ABSENT_FILES = Gauge(
+    "koordqos_qos_absent_files",
+    "Files a reconcile strategy does not write because this kernel has none (1 = absent), detected once",
+    ["strategy", "resource"],
+    registry=obs.REGISTRY,
+)
 
 NAME = "CgroupReconcile"
 REASON = "UpdateCgroups"
@@ -274,9 +294,7 @@ def _sum(values: Iterable[int | None]) -> int | None:
     return sum(present) if present else None
 
 
-def add_sums(
-    sums: dict[KubeQoS, tuple[int | None, int | None]], kube_qos: KubeQoS, pod: PodPlan
-) -> None:
+def add_sums(sums: dict[KubeQoS, tuple[int | None, int | None]], kube_qos: KubeQoS, pod: PodPlan) -> None:
     """Accumulate a pod's min/low into its kube-QoS class."""
     cur_min, cur_low = sums.get(kube_qos, (None, None))
     sums[kube_qos] = (_sum((cur_min, pod.min_sum)), _sum((cur_low, pod.low_sum)))
@@ -311,3 +329,134 @@ def plan_memory_qos(
         if pp.problems:
             problems[pod.key] = pp.problems
     return MemoryQoSPlan(plan_qos(slo, layout, sums, supported) + writes, problems)
+
+
+# -- the strategy as the QoS manager runs it -------------------------------------------------------------
+
+FULL_PASS_SECONDS = 60.0  # re-apply every pod's writes at least this often (the executor's force-update age)
+_RETRY = frozenset({"vanished", "failed", "refused"})
+
+
+def detect_memory_files(layout: CgroupLayout) -> frozenset[str] | None:
+    """Which memory QoS files this kernel has, probed once in the kubepods dir (None: no kubepods dir yet)."""
+    try:
+        base = layout.subsystem_dir(layout.kubepods_dir(), "memory")
+    except KoordQoSError:
+        return None
+    if not base.is_dir():
+        return None
+    found = set()
+    for name in MEMORY_QOS_RESOURCES:
+        try:
+            if (base / layout.file_name(name)).exists():
+                found.add(name)
+        except KoordQoSError:  # no file on this cgroup version
+            continue
+    return frozenset(found)
+
+
+class CgroupReconcileStrategy:
+    """CgroupReconcile: plans changed pods only; a full pass every minute; absent files never planned."""
+
+    name = NAME
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.supported: frozenset[str] | None = None
+        self._memo: dict[str, tuple[PodInfo, PodPlan]] = {}
+        self._config: tuple[object, ...] | None = None
+        self._qos_writes: list[CgroupWrite] | None = None
+        self._last_full = float("-inf")
+        self.last_writes = 0  # intents handed to the executor in the last round (bench/tests)
+
+    def enabled(self, config: AgentConfig) -> bool:
+        """Gate CgroupReconcile and a positive interval."""
+        return config.gate("CgroupReconcile") and config.qos.reconcile_interval_seconds > 0
+
+    def interval(self, config: AgentConfig) -> float:
+        """--reconcile-interval-seconds."""
+        return config.qos.reconcile_interval_seconds
+
+    def _detect(self, layout: CgroupLayout, env: StrategyEnv) -> frozenset[str] | None:
+        if self.supported is None:
+            found = detect_memory_files(layout)
+            if found is None:
+                env.warn_once("memoryqos:no-kubepods", "memory QoS waits for the kubepods cgroup")
+                return None
+            self.supported = found
+            absent = [r for r in MEMORY_QOS_RESOURCES if r not in found]
+            for r in MEMORY_QOS_RESOURCES:
+                ABSENT_FILES.labels(NAME, r).set(0 if r in found else 1)
+            log.info("memory QoS files detected", present=sorted(found), absent_not_written=absent)
+        return self.supported
+
+    async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
+        """Plan the pods whose inputs changed (all of them once a minute) and apply one leveled batch."""
+        layout: CgroupLayout | None = env.services.get("cgroup_layout")
+        executor = env.services.get("executor")
+        slo, node = state.node_slo, state.node
+        self.last_writes = 0
+        if layout is None or executor is None or slo is None or slo.resource_qos_strategy is None:
+            return
+        if node is None or not node.allocatable.get("memory"):
+            return
+        supported = self._detect(layout, env)
+        if supported is None:
+            return
+        allocatable = node.allocatable["memory"]
+        config = (slo, allocatable, supported)
+        if self._config is None or self._config[0] is not slo or self._config[1:] != config[1:]:
+            self._memo.clear()
+            self._config = config
+        now = self.clock()
+        full = now - self._last_full >= FULL_PASS_SECONDS
+        if full:
+            self._last_full = now
+        sums: dict[KubeQoS, tuple[int | None, int | None]] = {}
+        writes: list[CgroupWrite] = []
+        owner: dict[str, str] = {}  # pod dir → uid, to retry a pod whose writes did not land
+        for uid, pod in state.pods.items():
+            if not pod.active:
+                self._memo.pop(uid, None)
+                continue
+            memo = self._memo.get(uid)
+            if memo is not None and memo[0] is pod:
+                pp = memo[1]
+                if full:
+                    writes += pp.writes
+            else:
+                pp = plan_pod(pod, slo, layout, allocatable, supported)
+                self._memo[uid] = (pod, pp)
+                writes += pp.writes
+                self._report(env, pod, pp)
+            if pp.writes:
+                owner[pp.writes[0].parent] = uid
+            add_sums(sums, pod.kube_qos, pp)
+        for uid in [u for u in self._memo if u not in state.pods]:
+            del self._memo[uid]
+        qos = plan_qos(slo, layout, sums, supported)
+        if full or qos != self._qos_writes:
+            writes = qos + writes
+            self._qos_writes = qos
+        if not writes:
+            return
+        self.last_writes = len(writes)
+        results = await executor.apply(NAME, writes, REASON)
+        for r in results:
+            if r.outcome.value in _RETRY:
+                for parent, uid in owner.items():
+                    if r.write.parent.startswith(parent):
+                        self._memo.pop(uid, None)
+                if r.write.level is Level.QOS:
+                    self._qos_writes = None
+
+    def _report(self, env: StrategyEnv, pod: PodInfo, pp: PodPlan) -> None:
+        for key, msg in pp.problems.items():
+            INVALID_CONFIG.labels(NAME).inc()
+            env.warn_once(
+                f"memoryqos:{pod.uid}:{key}:{msg}",
+                "memory QoS value rejected, file left unchanged",
+                pod=pod.key,
+                field=key,
+                error=msg,
+            )

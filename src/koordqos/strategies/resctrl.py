@@ -159,7 +159,9 @@ def plan_resctrl(inp: ResctrlInputs) -> ResctrlPlan:
         )
     if inp.pod_groups:
         plan.remove = sorted(
-            g for g in inp.existing_pod_groups if g.startswith(POD_GROUP_PREFIX) and g not in wanted_pod_groups
+            g
+            for g in inp.existing_pod_groups
+            if g.startswith(POD_GROUP_PREFIX) and g not in wanted_pod_groups
         )
     return plan
 

@@ -1,4 +1,4 @@
-"""SystemConfigReconcile (qos-manager.md §2.8): host sysctls and sched features from `systemStrategy`: planner.
+"""SystemConfigReconcile (qos-manager.md §2.8): sysctls and sched features from `systemStrategy`: planner.
 
 Each configured value is checked against the kernel's range first; an out-of-range value is reported (one
 problem per field) and its file is left unchanged. Optional files (memcg reaper, group identity, idle saver,
@@ -110,10 +110,18 @@ def plan_system_config(inp: SysInputs) -> SysPlan:
                     f"factor {s.min_free_kbytes_factor} gives min_free_kbytes {kb}, outside "
                     f"[{MIN_FREE_KBYTES_RANGE[0]}, {MIN_FREE_KBYTES_RANGE[1]}]"
                 )
-        _ranged(plan, wanted, "watermarkScaleFactor", WATERMARK_SCALE_FACTOR, s.watermark_scale_factor, 10, 400)
+        _ranged(
+            plan, wanted, "watermarkScaleFactor", WATERMARK_SCALE_FACTOR, s.watermark_scale_factor, 10, 400
+        )
         _ranged(plan, wanted, "memcgReapBackGround", REAP_BACKGROUND, s.memcg_reap_back_ground, 0, 1)
         _ranged(
-            plan, wanted, "schedGroupIdentityEnabled", SCHED_GROUP_IDENTITY, s.sched_group_identity_enabled, 0, 1
+            plan,
+            wanted,
+            "schedGroupIdentityEnabled",
+            SCHED_GROUP_IDENTITY,
+            s.sched_group_identity_enabled,
+            0,
+            1,
         )
         if s.sched_idle_saver_wmark is not None:
             wanted[SCHED_IDLE_SAVER_WMARK] = str(s.sched_idle_saver_wmark)
@@ -134,7 +142,9 @@ def plan_system_config(inp: SysInputs) -> SysPlan:
         for name in sorted(s.sched_features):
             on = s.sched_features[name]
             if inp.sched_features.get(name) is not on:
-                plan.writes.append(SysWrite(SCHED_FEATURES, f"{'' if on else 'NO_'}{name}\n", cacheable=False))
+                plan.writes.append(
+                    SysWrite(SCHED_FEATURES, f"{'' if on else 'NO_'}{name}\n", cacheable=False)
+                )
     return plan
 
 
