@@ -24,9 +24,10 @@ def proc(tmp_path: Path) -> Path:
 
 async def test_a_batch_runs_in_one_worker_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from koordqos.host import actuator as mod
+    from koordqos.host.oom import apply_oom_score_adj
 
     threads: list[int] = []
-    real = mod.apply_oom_score_adj
+    real = apply_oom_score_adj
 
     def spy(batch: Batch, w: OomScoreAdjWrite) -> HostResult:
         threads.append(threading.get_ident())
