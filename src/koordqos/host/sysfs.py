@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from koordqos.errors import UnsafePathError
-from koordqos.fs import READ_FLAGS, WRITE_FLAGS, open_beneath
+from koordqos.fs import READ_FLAGS, WRITE_FLAGS, open_beneath, read_beneath
 from koordqos.host.outcome import Batch, HostResult, Outcome
 
 KIND = "sysfs"
@@ -68,3 +68,11 @@ def apply_sysfs(batch: Batch, w: SysfsWrite) -> HostResult:
                 KIND, w, w.target, Outcome.FAILED, f"write: {exc.strerror} ({err})", reason, current, w.value
             )
     return batch.record(KIND, w, w.target, current, w.value.strip(), reason)
+
+
+def read_beneath_or_none(root: str | os.PathLike[str], relpath: str) -> str | None:
+    """A small kernel file's text beneath `root` (no symlink followed); None when it cannot be read."""
+    try:
+        return read_beneath(root, relpath)
+    except (OSError, UnsafePathError):
+        return None

@@ -48,6 +48,8 @@ def _register_builtin() -> None:
     from koordqos.strategies.cpusuppress import CPUSuppressStrategy
     from koordqos.strategies.memoryevict import MemoryEvictStrategy
     from koordqos.strategies.memoryqos import CgroupReconcileStrategy
+    from koordqos.strategies.resctrl import ResctrlReconcileStrategy
+    from koordqos.strategies.sysconfig import SystemConfigStrategy
 
     register("BlkioReconcile", BlkioReconcileStrategy)
     register("CgroupReconcile", CgroupReconcileStrategy)
@@ -55,6 +57,8 @@ def _register_builtin() -> None:
     register("CPUEvict", CPUEvictStrategy)
     register("CPUSuppress", CPUSuppressStrategy)
     register("MemoryEvict", MemoryEvictStrategy)
+    register("ResctrlReconcile", ResctrlReconcileStrategy)
+    register("SystemConfigReconcile", SystemConfigStrategy)
 
 
 _register_builtin()

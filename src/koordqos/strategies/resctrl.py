@@ -9,12 +9,28 @@ the annotation or are gone are removed. Pure: `plan_resctrl` turns `ResctrlInput
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from koordqos.cgroups.layout import CgroupLayout
+from koordqos.cgroups.threads import pod_thread_ids
+from koordqos.errors import KoordQoSError
+from koordqos.host import (
+    HostActuator,
+    HostIntent,
+    ResctrlGroupCreate,
+    ResctrlGroupRemove,
+    ResctrlSchemataWrite,
+    ResctrlTasksAdd,
+)
+from koordqos.host.resctrl import read_resctrl, read_vendor
 from koordqos.model.nodeslo import NodeSLO, ResctrlQOS
 from koordqos.model.pod import ANNOTATION_RESCTRL, PodInfo, QoSClass
 from koordqos.model.resctrl import (
+    CLASS_GROUPS,
     GROUP_BE,
     GROUP_LS,
     GROUP_LSR,
@@ -27,6 +43,11 @@ from koordqos.model.resctrl import (
     parse_pod_resctrl,
     pod_group,
 )
+from koordqos.state import NodeState
+from koordqos.strategies.framework import INVALID_CONFIG, StrategyEnv
+
+if TYPE_CHECKING:
+    from koordqos.config import AgentConfig
 
 NAME = "ResctrlReconcile"
 REASON_SCHEMATA = "UpdateResctrlSchemata"
@@ -187,3 +208,80 @@ def threads_needed(inp_pods: Mapping[str, PodInfo], slo: NodeSLO | None, pod_gro
         if _GROUP_OF_QOS.get(pod.qos) in enabled:
             out.append(uid)
     return out
+
+
+# -- the strategy as the QoS manager runs it -------------------------------------------------------------
+
+REAPPLY_SECONDS = 60.0  # unchanged schemata are re-checked against the files this often
+
+
+class ResctrlReconcileStrategy:
+    """ResctrlReconcile (and, with the `Resctrl` gate, the pod groups of the Resctrl hook)."""
+
+    name = NAME
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.vendor: str | None = None
+        self.pod_groups = False
+        self._schemata: tuple[dict[str, str], float] | None = None
+        self.last_plan: ResctrlPlan | None = None
+
+    def enabled(self, config: AgentConfig) -> bool:
+        """Gate RdtResctrl and a positive interval (the Resctrl gate adds the pod-level groups)."""
+        self.pod_groups = config.gate("Resctrl")
+        return config.gate("RdtResctrl") and config.qos.reconcile_interval_seconds > 0
+
+    def interval(self, config: AgentConfig) -> float:
+        """--reconcile-interval-seconds."""
+        return config.qos.reconcile_interval_seconds
+
+    async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
+        """Check resctrl, create the class groups, write schemata, move new threads, drop stale pod groups."""
+        host: HostActuator | None = env.services.get("host")
+        layout: CgroupLayout | None = env.services.get("cgroup_layout")
+        if host is None or layout is None or state.node_slo is None:
+            return
+        if self.vendor is None:
+            self.vendor = read_vendor(env.config.paths.proc_root)
+        rs = read_resctrl(env.config.paths.sys_root, self.vendor)
+        if rs.problem or rs.cbm is None:
+            env.warn_once(f"resctrl:{rs.problem}", "resctrl unavailable, strategy idle", reason=rs.problem)
+            return
+        env.forget_warning(f"resctrl:{rs.problem}")
+        threads: dict[str, list[int]] = {}
+        for uid in threads_needed(state.pods, state.node_slo, self.pod_groups):
+            pod = state.pods[uid]
+            with contextlib.suppress(KoordQoSError):
+                threads[uid] = pod_thread_ids(layout, layout.pod_dir(pod))
+        inp = ResctrlInputs(
+            state.node_slo,
+            ResctrlInfo(rs.cbm, rs.cache_ids, rs.vendor),
+            state.pods,
+            rs.tasks,
+            threads,
+            self.pod_groups,
+            frozenset(g for g in rs.groups if g.startswith(POD_GROUP_PREFIX)),
+        )
+        plan = plan_resctrl(inp)
+        self.last_plan = plan
+        for key, msg in plan.problems.items():
+            INVALID_CONFIG.labels(NAME).inc()
+            env.warn_once(f"resctrl:{key}:{msg}", "resctrl setting rejected", target=key, error=msg)
+        intents: list[HostIntent] = [
+            ResctrlGroupCreate(g, REASON_SCHEMATA) for g in CLASS_GROUPS if g not in rs.groups
+        ]
+        intents += [ResctrlGroupCreate(g, REASON_SCHEMATA) for g in plan.create]
+        now = self.clock()
+        fresh = self._schemata is not None and now - self._schemata[1] < REAPPLY_SECONDS
+        if not (fresh and self._schemata is not None and self._schemata[0] == plan.schemata) or plan.create:
+            intents += [ResctrlSchemataWrite(g, text, REASON_SCHEMATA) for g, text in plan.schemata.items()]
+        intents += [ResctrlTasksAdd(g, tuple(tids), REASON_TASKS) for g, tids in plan.tasks.items()]
+        intents += [ResctrlGroupRemove(g, REASON_SCHEMATA) for g in plan.remove]
+        if not intents:
+            return
+        results = await host.apply(NAME, intents, REASON_SCHEMATA)
+        wrote_schemata = any(isinstance(r.intent, ResctrlSchemataWrite) for r in results)
+        if wrote_schemata:
+            ok = all(r.ok for r in results if isinstance(r.intent, ResctrlSchemataWrite))
+            self._schemata = (dict(plan.schemata), now) if ok else None

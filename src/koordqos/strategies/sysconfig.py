@@ -12,10 +12,24 @@ Pure: `plan_system_config` turns `SysInputs` into `SysWrite` intents.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+import structlog
+
+from koordqos.host import HostActuator, SysctlWrite, SysfsWrite
+from koordqos.host.sysfs import read_beneath_or_none
 from koordqos.model.nodeslo import SystemStrategy
+from koordqos.state import NodeState
+from koordqos.strategies.framework import INVALID_CONFIG, StrategyEnv
+
+if TYPE_CHECKING:
+    from koordqos.config import AgentConfig
+
+log = structlog.get_logger("koordqos.strategies.sysconfig")
 
 NAME = "SystemConfigReconcile"
 REASON = "UpdateSystemConfig"
@@ -158,3 +172,83 @@ def _ranged(
     else:
         plan.invalid.add(target)
         plan.problems[field_name] = f"{field_name} {value} outside [{lo}, {hi}]"
+
+
+# -- the strategy as the QoS manager runs it -------------------------------------------------------------
+
+REAPPLY_SECONDS = 60.0  # an unchanged plan is re-applied (re-checked against the files) this often
+
+
+def _intent(w: SysWrite) -> SysctlWrite | SysfsWrite:
+    root, _, rel = w.target.partition(":")
+    if root == "proc":
+        return SysctlWrite(rel.removeprefix("sys/"), w.value, w.reason)
+    return SysfsWrite(rel, w.value, w.reason, compare=w.cacheable)
+
+
+def _root_and_rel(target: str, proc_root: Path, sys_root: Path) -> tuple[Path, str]:
+    root, _, rel = target.partition(":")
+    return (proc_root if root == "proc" else sys_root), rel
+
+
+class SystemConfigStrategy:
+    """SystemConfigReconcile: optional files detected once; originals kept for the restore; plan cache."""
+
+    name = NAME
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.present: frozenset[str] | None = None
+        self.originals: dict[str, str] = {}
+        self._last: tuple[list[SysWrite], float] | None = None
+        self.last_plan: SysPlan | None = None
+
+    def enabled(self, config: AgentConfig) -> bool:
+        """Gate SystemConfig and a positive interval."""
+        return config.gate("SystemConfig") and config.qos.reconcile_interval_seconds > 0
+
+    def interval(self, config: AgentConfig) -> float:
+        """--reconcile-interval-seconds."""
+        return config.qos.reconcile_interval_seconds
+
+    def _detect(self, proc_root: Path, sys_root: Path) -> frozenset[str]:
+        if self.present is None:
+            found = set()
+            for target in sorted(OPTIONAL_FILES):
+                root, rel = _root_and_rel(target, proc_root, sys_root)
+                if read_beneath_or_none(root, rel) is not None:
+                    found.add(target)
+            self.present = frozenset(found)
+            log.info("system config files detected", absent_not_written=sorted(OPTIONAL_FILES - found))
+        return self.present
+
+    async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
+        """Plan, remember the files' content before the first change, apply through the host actuator."""
+        host: HostActuator | None = env.services.get("host")
+        if host is None or state.node_slo is None:
+            return
+        proc_root, sys_root = Path(env.config.paths.proc_root), Path(env.config.paths.sys_root)
+        present = self._detect(proc_root, sys_root)
+        features: dict[str, bool] = {}
+        if SCHED_FEATURES in present:
+            features = parse_sched_features(read_beneath_or_none(sys_root, SCHED_FEATURES[4:]) or "")
+        capacity = None if state.node is None else state.node.capacity.get("memory")
+        inp = SysInputs(state.node_slo.system_strategy, capacity, present, features, self.originals)
+        plan = plan_system_config(inp)
+        self.last_plan = plan
+        for key, msg in plan.problems.items():
+            INVALID_CONFIG.labels(NAME).inc()
+            env.warn_once(
+                f"sysconfig:{key}:{msg}", "system config value rejected, file left unchanged", error=msg
+            )
+        now = self.clock()
+        if self._last is not None and self._last[0] == plan.writes and now - self._last[1] < REAPPLY_SECONDS:
+            return  # nothing changed: not even a read
+        for w in plan.writes:
+            if w.reason == REASON and w.target not in self.originals and w.target != SCHED_FEATURES:
+                root, rel = _root_and_rel(w.target, proc_root, sys_root)
+                original = read_beneath_or_none(root, rel)
+                if original is not None and original.strip() != w.value:
+                    self.originals[w.target] = original.strip()
+        results = await host.apply(NAME, [_intent(w) for w in plan.writes], REASON)
+        self._last = (plan.writes, now) if all(r.ok for r in results) else None
