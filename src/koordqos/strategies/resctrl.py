@@ -21,6 +21,7 @@ from koordqos.errors import KoordQoSError
 from koordqos.host import (
     HostActuator,
     HostIntent,
+    Outcome,
     ResctrlGroupCreate,
     ResctrlGroupRemove,
     ResctrlSchemataWrite,
@@ -213,6 +214,7 @@ def threads_needed(inp_pods: Mapping[str, PodInfo], slo: NodeSLO | None, pod_gro
 # -- the strategy as the QoS manager runs it -------------------------------------------------------------
 
 REAPPLY_SECONDS = 60.0  # unchanged schemata are re-checked against the files this often
+_LANDED = frozenset({Outcome.WRITTEN, Outcome.UNCHANGED, Outcome.DRY_RUN})
 
 
 class ResctrlReconcileStrategy:
@@ -224,7 +226,7 @@ class ResctrlReconcileStrategy:
         self.clock = clock
         self.vendor: str | None = None
         self.pod_groups = False
-        self._schemata: tuple[dict[str, str], float] | None = None
+        self._schemata: dict[str, tuple[str, float]] = {}  # group → (schemata that landed, when)
         self.last_plan: ResctrlPlan | None = None
 
     def enabled(self, config: AgentConfig) -> bool:
@@ -273,15 +275,20 @@ class ResctrlReconcileStrategy:
         ]
         intents += [ResctrlGroupCreate(g, REASON_SCHEMATA) for g in plan.create]
         now = self.clock()
-        fresh = self._schemata is not None and now - self._schemata[1] < REAPPLY_SECONDS
-        if not (fresh and self._schemata is not None and self._schemata[0] == plan.schemata) or plan.create:
-            intents += [ResctrlSchemataWrite(g, text, REASON_SCHEMATA) for g, text in plan.schemata.items()]
+        for group, text in plan.schemata.items():
+            done = self._schemata.get(group)
+            if done is None or done[0] != text or now - done[1] >= REAPPLY_SECONDS:
+                intents.append(ResctrlSchemataWrite(group, text, REASON_SCHEMATA))
         intents += [ResctrlTasksAdd(g, tuple(tids), REASON_TASKS) for g, tids in plan.tasks.items()]
         intents += [ResctrlGroupRemove(g, REASON_SCHEMATA) for g in plan.remove]
+        for g in plan.remove:
+            self._schemata.pop(g, None)
         if not intents:
             return
         results = await host.apply(NAME, intents, REASON_SCHEMATA)
-        wrote_schemata = any(isinstance(r.intent, ResctrlSchemataWrite) for r in results)
-        if wrote_schemata:
-            ok = all(r.ok for r in results if isinstance(r.intent, ResctrlSchemataWrite))
-            self._schemata = (dict(plan.schemata), now) if ok else None
+        for r in results:
+            if isinstance(r.intent, ResctrlSchemataWrite):
+                if r.outcome in _LANDED:
+                    self._schemata[r.intent.group] = (r.intent.schemata, now)
+                else:  # not there (yet) or refused: try again next round
+                    self._schemata.pop(r.intent.group, None)
