@@ -11,7 +11,6 @@ import contextlib
 import json
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,9 @@ from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import build_config
 from koordqos.testing.fake_apiserver import FakeAPIServer
-from koordqos.testing.mock_nri import MockRuntime
+from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.nodefs import SyntheticNode
+from koordqos.testing.poll import wait_until
 
 NODE = "node-1"
 INTERVAL = 0.05
@@ -34,13 +34,9 @@ VERSIONS = [
 ]
 
 
-async def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    """Poll `cond` until true (fail after `timeout`)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+async def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll `cond` until true (the project's one polling helper; fails naming `what` after `timeout`)."""
+    await wait_until(cond, timeout=timeout, message=what)
 
 
 def rounds_of(agent: Agent, strategy: str) -> int:

@@ -8,7 +8,8 @@ from pathlib import Path
 from koordqos.cgroups.resources import CgroupVersion, get_resource, render, same_value
 from koordqos.metrics.localstorage import LocalStorage, parse_mounts, read_local_storage, split_dm_name
 from koordqos.model.nodeslo import parse_nodeslo
-from koordqos.model.pod import KubeQoS, PodInfo, parse_pod
+from koordqos.model.pod import PodInfo, parse_pod
+from koordqos.model.qos import KubeQoS
 from koordqos.strategies.blkio import (
     COST_MODEL,
     COST_QOS,

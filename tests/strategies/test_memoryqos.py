@@ -11,8 +11,10 @@ import pytest
 from koordqos.cgroups.executor import CgroupWrite, Level
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion
+from koordqos.model.keys import BATCH_MEMORY
 from koordqos.model.nodeslo import NodeSLO, default_memory_qos, parse_nodeslo
-from koordqos.model.pod import BATCH_MEMORY, ContainerInfo, KubeQoS, PodInfo
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.strategies.memoryqos import (
     MEMORY_QOS_RESOURCES,
     NONE_TEMPLATE,

@@ -8,7 +8,8 @@ import pytest
 
 from koordqos.errors import ModelError
 from koordqos.model.nodeslo import parse_nodeslo
-from koordqos.model.pod import ContainerInfo, KubeQoS, PodInfo
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.model.resctrl import (
     VENDOR_AMD,
     VENDOR_INTEL,

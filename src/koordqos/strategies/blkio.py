@@ -23,8 +23,10 @@ from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.resources import parse_device_lines
 from koordqos.errors import KoordQoSError
 from koordqos.metrics.localstorage import LocalStorage, read_local_storage, read_mounts
+from koordqos.model.keys import ANNOTATION_BLKIO_QOS
 from koordqos.model.nodeslo import BlkIOQOS, BlockCfg, IOCfg, NodeSLO
-from koordqos.model.pod import ANNOTATION_BLKIO_QOS, KubeQoS, PodInfo, QoSClass
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.state import NodeState
 from koordqos.strategies.framework import INVALID_CONFIG, StrategyEnv
 

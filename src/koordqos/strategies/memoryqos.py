@@ -24,6 +24,7 @@ from koordqos import observability as obs
 from koordqos.cgroups.executor import CgroupWrite, Level
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.errors import KoordQoSError
+from koordqos.model.keys import BATCH_MEMORY
 from koordqos.model.nodeslo import (
     NONE_MEMORY_QOS,
     MemoryQOS,
@@ -31,7 +32,8 @@ from koordqos.model.nodeslo import (
     default_memory_qos,
     without_invalid_memory_qos,
 )
-from koordqos.model.pod import BATCH_MEMORY, ContainerInfo, KubeQoS, PodInfo, QoSClass
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.model.quantity import to_int
 from koordqos.state import NodeState
 from koordqos.strategies.framework import INVALID_CONFIG, StrategyEnv

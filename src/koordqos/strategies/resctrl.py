@@ -28,8 +28,10 @@ from koordqos.host import (
     ResctrlTasksAdd,
 )
 from koordqos.host.resctrl import read_resctrl, read_vendor
+from koordqos.model.keys import ANNOTATION_RESCTRL
 from koordqos.model.nodeslo import NodeSLO, ResctrlQOS
-from koordqos.model.pod import ANNOTATION_RESCTRL, PodInfo, QoSClass
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import QoSClass
 from koordqos.model.resctrl import (
     CLASS_GROUPS,
     GROUP_BE,
