@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import structlog
+
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.threads import pod_thread_ids
 from koordqos.errors import KoordQoSError
@@ -51,6 +53,8 @@ from koordqos.strategies.framework import INVALID_CONFIG, StrategyEnv
 
 if TYPE_CHECKING:
     from koordqos.config import AgentConfig
+
+log = structlog.get_logger("koordqos.strategies.resctrl")
 
 NAME = "ResctrlReconcile"
 REASON_SCHEMATA = "UpdateResctrlSchemata"
@@ -228,6 +232,7 @@ class ResctrlReconcileStrategy:
         self.clock = clock
         self.vendor: str | None = None
         self.pod_groups = False
+        self.unavailable = ""  # why resctrl cannot be used, as last logged
         self._schemata: dict[str, tuple[str, float]] = {}  # group → (schemata that landed, when)
         self.last_plan: ResctrlPlan | None = None
 
@@ -250,9 +255,13 @@ class ResctrlReconcileStrategy:
             self.vendor = read_vendor(env.config.paths.proc_root)
         rs = read_resctrl(env.config.paths.sys_root, self.vendor)
         if rs.problem or rs.cbm is None:
-            env.warn_once(f"resctrl:{rs.problem}", "resctrl unavailable, strategy idle", reason=rs.problem)
+            if rs.problem != self.unavailable:  # one line per distinct reason, not one per round
+                log.warning("resctrl unavailable, strategy idle", reason=rs.problem)
+                self.unavailable = rs.problem
             return
-        env.forget_warning(f"resctrl:{rs.problem}")
+        if self.unavailable:
+            log.info("resctrl available", cache_ids=list(rs.cache_ids), vendor=rs.vendor)
+            self.unavailable = ""
         threads: dict[str, list[int]] = {}
         for uid in threads_needed(state.pods, state.node_slo, self.pod_groups):
             pod = state.pods[uid]
