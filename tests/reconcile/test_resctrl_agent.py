@@ -94,7 +94,10 @@ async def test_class_groups_schemata_tasks_and_pod_group(
         assert tasks(node, "LS") == [4321, 4322]  # the annotated LS pod's thread is not in the class group
         assert not (node.resctrl_root / "koordlet-gone").exists()
 
-        # a new thread is appended once; existing ones are not rewritten
+        # a thread started from outside the group (exec) is found by the sweep and appended once; the
+        # existing ones are not rewritten (the sweep period is shortened for the test)
+        strategy = agent.ctx.services["qos_manager"].runners["ResctrlReconcile"].strategy
+        strategy.sweep_seconds = 0.2
         node.set_threads(dirs["uid-be"], [122450, 122454, 123111])
         await wait_for(lambda: tasks(node, "BE") == [122450, 122454, 123111], what="the new BE thread")
         await more_rounds(agent, "ResctrlReconcile", 2)

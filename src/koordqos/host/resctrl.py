@@ -268,7 +268,10 @@ def read_vendor(proc_root: Path | str) -> str:
 
 
 def _ids(text: str) -> frozenset[int]:
-    return frozenset(int(t) for t in text.split() if t.isdigit())
+    try:
+        return frozenset(map(int, text.split()))
+    except ValueError:  # not a tasks file as the kernel writes it: keep what parses
+        return frozenset(int(t) for t in text.split() if t.isdigit())
 
 
 def read_resctrl(sys_root: Path | str, vendor: str, groups: Iterable[str] = CLASS_GROUPS) -> ResctrlState:

@@ -144,10 +144,13 @@ def pod_resctrl(pod: PodInfo) -> PodResctrl | str | None:
 def plan_resctrl(inp: ResctrlInputs) -> ResctrlPlan:
     """Schemata and task moves for the class groups and (with the hook gate) the pod groups."""
     plan = ResctrlPlan()
+    enabled: set[str] = set()
     for group in (GROUP_LSR, GROUP_LS, GROUP_BE):
         cfg = class_config(inp.slo, group)
         if cfg is None:
             continue
+        if cfg.enable is True:
+            enabled.add(group)
         text, problem = class_schemata(cfg, inp.info)
         if problem:
             plan.problems[group] = problem
@@ -177,11 +180,9 @@ def plan_resctrl(inp: ResctrlInputs) -> ResctrlPlan:
             _add_tasks(plan, group, inp.pod_threads.get(uid, ()), inp.group_tasks.get(group, frozenset()))
             continue
         class_group = _GROUP_OF_QOS.get(pod.qos)
-        if class_group is None:
+        if class_group not in enabled:
             continue
-        cfg = class_config(inp.slo, class_group)
-        if cfg is None or cfg.enable is not True:
-            continue
+        assert class_group is not None
         _add_tasks(
             plan, class_group, inp.pod_threads.get(uid, ()), inp.group_tasks.get(class_group, frozenset())
         )
@@ -220,6 +221,9 @@ def threads_needed(inp_pods: Mapping[str, PodInfo], slo: NodeSLO | None, pod_gro
 # -- the strategy as the QoS manager runs it -------------------------------------------------------------
 
 REAPPLY_SECONDS = 60.0  # unchanged schemata are re-checked against the files this often
+THREAD_SWEEP_SECONDS = 10.0  # every pod's threads are re-read at least this often
+THREAD_SWEEP_ROUNDS = 10  # … spread over this many rounds
+THREAD_SWEEP_MIN_PODS = 20
 _LANDED = frozenset({Outcome.WRITTEN, Outcome.UNCHANGED, Outcome.DRY_RUN})
 
 
@@ -233,6 +237,8 @@ class ResctrlReconcileStrategy:
         self.vendor: str | None = None
         self.pod_groups = False
         self.unavailable = ""  # why resctrl cannot be used, as last logged
+        self._threads_seen: dict[str, tuple[PodInfo, float]] = {}  # uid → (pod as read, when)
+        self.sweep_seconds = THREAD_SWEEP_SECONDS
         self._schemata: dict[str, tuple[str, float]] = {}  # group → (schemata that landed, when)
         self.last_plan: ResctrlPlan | None = None
 
@@ -244,6 +250,36 @@ class ResctrlReconcileStrategy:
     def interval(self, config: AgentConfig) -> float:
         """--reconcile-interval-seconds."""
         return config.qos.reconcile_interval_seconds
+
+    def _read_threads(self, state: NodeState, layout: CgroupLayout) -> dict[str, list[int]]:
+        """Thread ids of new or changed pods now, of the others at least every THREAD_SWEEP_SECONDS.
+
+        Project decision: threads a task in a resctrl group creates inherit the group, so re-reading every
+        pod's cgroups every second (koordlet) only finds threads started from outside (exec); a sweep
+        spread over THREAD_SWEEP_SECONDS keeps a round's reads bounded at hundreds of pods.
+        """
+        now = self.clock()
+        needed = threads_needed(state.pods, state.node_slo, self.pod_groups)
+        due: list[tuple[float, str]] = []
+        fresh: list[str] = []
+        for uid in needed:
+            seen = self._threads_seen.get(uid)
+            if seen is None or seen[0] is not state.pods[uid]:
+                fresh.append(uid)
+            elif now - seen[1] >= self.sweep_seconds:
+                due.append((seen[1], uid))
+        budget = max(THREAD_SWEEP_MIN_PODS, len(needed) // THREAD_SWEEP_ROUNDS)
+        due.sort()
+        out: dict[str, list[int]] = {}
+        for uid in [*fresh, *(u for _, u in due[:budget])]:
+            pod = state.pods[uid]
+            with contextlib.suppress(KoordQoSError):
+                out[uid] = pod_thread_ids(layout, layout.pod_dir(pod))
+            self._threads_seen[uid] = (pod, now)
+        if len(self._threads_seen) > len(needed):
+            keep = set(needed)
+            self._threads_seen = {u: v for u, v in self._threads_seen.items() if u in keep}
+        return out
 
     async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
         """Check resctrl, create the class groups, write schemata, move new threads, drop stale pod groups."""
@@ -262,11 +298,7 @@ class ResctrlReconcileStrategy:
         if self.unavailable:
             log.info("resctrl available", cache_ids=list(rs.cache_ids), vendor=rs.vendor)
             self.unavailable = ""
-        threads: dict[str, list[int]] = {}
-        for uid in threads_needed(state.pods, state.node_slo, self.pod_groups):
-            pod = state.pods[uid]
-            with contextlib.suppress(KoordQoSError):
-                threads[uid] = pod_thread_ids(layout, layout.pod_dir(pod))
+        threads = self._read_threads(state, layout)
         inp = ResctrlInputs(
             state.node_slo,
             ResctrlInfo(rs.cbm, rs.cache_ids, rs.vendor),
