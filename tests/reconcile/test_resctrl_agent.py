@@ -95,9 +95,7 @@ async def test_class_groups_schemata_tasks_and_pod_group(
         assert not (node.resctrl_root / "koordlet-gone").exists()
 
         # a thread started from outside the group (exec) is found by the sweep and appended once; the
-        # existing ones are not rewritten (the sweep period is shortened for the test)
-        strategy = agent.ctx.services["qos_manager"].runners["ResctrlReconcile"].strategy
-        strategy.sweep_seconds = 0.2
+        # existing ones are not rewritten (--resctrl-task-sweep-seconds=0.2 for the test)
         node.set_threads(dirs["uid-be"], [122450, 122454, 123111])
         await wait_for(lambda: tasks(node, "BE") == [122450, 122454, 123111], what="the new BE thread")
         await more_rounds(agent, "ResctrlReconcile", 2)

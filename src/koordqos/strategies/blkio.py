@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from koordqos.cgroups.executor import CgroupWrite, Level
 from koordqos.cgroups.layout import CgroupLayout
-from koordqos.cgroups.resources import parse_device_lines
+from koordqos.cgroups.resources import CgroupVersion, parse_device_lines
 from koordqos.errors import KoordQoSError
 from koordqos.metrics.localstorage import LocalStorage, read_local_storage, read_mounts
 from koordqos.model.keys import ANNOTATION_BLKIO_QOS
@@ -309,6 +309,9 @@ class BlkioReconcileStrategy:
         layout: CgroupLayout | None = env.services.get("cgroup_layout")
         executor = env.services.get("executor")
         if layout is None or executor is None or state.node_slo is None:
+            return
+        if layout.version is CgroupVersion.V2 and not env.config.qos.blkio_v2_io_files:
+            env.warn_once("blkio:v2", "blkio QoS is cgroup v1 only (--blkio-v2-io-files=false): idle")
             return
         be_dir = layout.qos_dir(KubeQoS.BESTEFFORT)
         pod_dirs: dict[str, str] = {}

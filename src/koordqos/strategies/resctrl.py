@@ -268,7 +268,9 @@ class ResctrlReconcileStrategy:
                 fresh.append(uid)
             elif now - seen[1] >= self.sweep_seconds:
                 due.append((seen[1], uid))
-        budget = max(THREAD_SWEEP_MIN_PODS, len(needed) // THREAD_SWEEP_ROUNDS)
+        budget = (
+            max(THREAD_SWEEP_MIN_PODS, len(needed) // THREAD_SWEEP_ROUNDS) if self.sweep_seconds else len(due)
+        )
         due.sort()
         out: dict[str, list[int]] = {}
         for uid in [*fresh, *(u for _, u in due[:budget])]:
@@ -287,6 +289,7 @@ class ResctrlReconcileStrategy:
         layout: CgroupLayout | None = env.services.get("cgroup_layout")
         if host is None or layout is None or state.node_slo is None:
             return
+        self.sweep_seconds = env.config.qos.resctrl_task_sweep_seconds
         if self.vendor is None:
             self.vendor = read_vendor(env.config.paths.proc_root)
         rs = read_resctrl(env.config.paths.sys_root, self.vendor)

@@ -4,9 +4,9 @@ Each configured value is checked against the kernel's range first; an out-of-ran
 problem per field) and its file is left unchanged. Optional files (memcg reaper, group identity, idle saver,
 page-cache limit, sched_features) are only written where the kernel has them: the caller passes which exist.
 
-Project decision (restore): koordlet leaves a sysctl at the last value it wrote when the field is removed
-from the NodeSLO. koordqos remembers each file's content from before its first write and writes it back
-when the field is unset again (see docs/configuration.md "Disabling a feature").
+Project decision (restore, docs/reconcile.md): koordlet leaves a sysctl at the last value it wrote when the
+field is removed from the NodeSLO. koordqos remembers each file's content from before its first write and
+writes it back when the field is unset again (`--system-config-restore=false`: koordlet's behaviour).
 Pure: `plan_system_config` turns `SysInputs` into `SysWrite` intents.
 """
 
@@ -233,7 +233,8 @@ class SystemConfigStrategy:
         if SCHED_FEATURES in present:
             features = parse_sched_features(read_beneath_or_none(sys_root, SCHED_FEATURES[4:]) or "")
         capacity = None if state.node is None else state.node.capacity.get("memory")
-        inp = SysInputs(state.node_slo.system_strategy, capacity, present, features, self.originals)
+        originals = self.originals if env.config.qos.system_config_restore else {}
+        inp = SysInputs(state.node_slo.system_strategy, capacity, present, features, originals)
         plan = plan_system_config(inp)
         self.last_plan = plan
         for key, msg in plan.problems.items():
