@@ -15,7 +15,7 @@ from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 from koordqos.testing.nodefs import SyntheticNode
 
-from .conftest import NODE, VERSIONS, cluster_agent, local_agent, more_rounds, wait_for
+from .conftest import INTERVAL, NODE, VERSIONS, cluster_agent, local_agent, more_rounds, wait_for
 
 GATES = {"RdtResctrl": True, "Resctrl": True, "BECPUSuppress": False, "CPUBurst": False}
 SPEC: dict[str, Any] = {
@@ -79,7 +79,8 @@ async def test_class_groups_schemata_tasks_and_pod_group(
     (node.resctrl_root / "koordlet-gone" / "tasks").write_text("")
     server.upsert("nodes", make_node(NODE))
     server.upsert("nodeslos", make_nodeslo(NODE, SPEC))
-    async with cluster_agent(tmp_path, server, node, GATES) as agent:
+    qos = {"reconcile_interval_seconds": INTERVAL, "resctrl_task_sweep_seconds": 0.2}
+    async with cluster_agent(tmp_path, server, node, GATES, qos=qos) as agent:
         await wait_for((node.resctrl_root / "koordlet-uid-own").is_dir, what="the pod group")
         prepare_groups(node, ["koordlet-uid-own"])
         await wait_for(lambda: tasks(node, "koordlet-uid-own") == [777], what="the pod's thread in its group")

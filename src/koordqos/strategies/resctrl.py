@@ -333,6 +333,9 @@ class ResctrlReconcileStrategy:
             return
         results = await host.apply(NAME, intents, REASON_SCHEMATA)
         for r in results:
+            if isinstance(r.intent, ResctrlTasksAdd) and r.outcome not in _LANDED:
+                for uid in threads:  # the group was not there yet: read these pods again next round
+                    self._threads_seen.pop(uid, None)
             if isinstance(r.intent, ResctrlSchemataWrite):
                 if r.outcome in _LANDED:
                     self._schemata[r.intent.group] = (r.intent.schemata, now)
