@@ -151,3 +151,19 @@ async def test_unresolvable_block_is_a_counted_problem_and_changes_nothing(
         assert INVALID_CONFIG.labels("BlkioReconcile")._value.get() > before
         assert node.read("kubepods/besteffort", "blkio", "blkio.cost.weight") == "default 100"
         assert agent.ctx.services["qos_manager"].runners["BlkioReconcile"].failures == 0
+
+
+async def test_v2_with_koordlets_v1_only_behaviour_stays_idle(tmp_path: Path, server: FakeAPIServer) -> None:
+    node = SyntheticNode(
+        tmp_path / "node", CgroupVersion.V2, CgroupDriver.SYSTEMD, extensions=["blkio.cost.weight"]
+    )
+    storage(node)
+    server.upsert("nodes", make_node(NODE))
+    server.upsert("nodeslos", make_nodeslo(NODE, SPEC))
+    qos = {"reconcile_interval_seconds": 0.05, "blkio_v2_io_files": False}
+    async with cluster_agent(tmp_path, server, node, GATES, qos=qos) as agent:
+        await more_rounds(agent, "BlkioReconcile", 3)
+        be_dir = node.layout.qos_dir(parse_pod(be_pod()).kube_qos)
+        assert node.read(be_dir, "io", "io.weight") == "default 100"
+        assert node.read(be_dir, "io", "io.max") == ""
+        assert agent.ctx.services["qos_manager"].runners["BlkioReconcile"].strategy.last_plan is None

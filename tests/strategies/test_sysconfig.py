@@ -102,3 +102,46 @@ def test_removed_field_restores_the_original_value() -> None:
     # an invalid value never restores: the file stays as it is
     got = _writes(_strategy(watermarkScaleFactor=5), originals=originals)
     assert got == {MIN_FREE_KBYTES: "5368709"}
+
+
+async def _round(tmp_path: object, restore: bool) -> tuple[str, str]:
+    """Factor 88 + wsf 99, then the wsf field removed: (min_free_kbytes, watermark_scale_factor) after."""
+    from pathlib import Path
+    from types import MappingProxyType
+
+    from koordqos.config import build_config
+    from koordqos.decisions import DecisionLog
+    from koordqos.host import HostActuator
+    from koordqos.model.node import NodeInfo
+    from koordqos.state import NodeState
+    from koordqos.strategies.framework import StrategyEnv
+    from koordqos.strategies.sysconfig import SystemConfigStrategy
+    from koordqos.testing.nodefs import SyntheticNode
+
+    node = SyntheticNode(Path(str(tmp_path)))
+    node.add_sysctls()
+    cfg = build_config(
+        {
+            "paths": {"proc_root": node.proc_root, "sys_root": node.sys_root},
+            "qos": {"system_config_restore": restore},
+        }
+    )
+    decisions = DecisionLog()
+    env = StrategyEnv(
+        cfg, decisions, {"host": HostActuator(decisions, proc_root=node.proc_root, sys_root=node.sys_root)}
+    )
+    strategy = SystemConfigStrategy()
+    n = NodeInfo(name="n", capacity={"memory": NODE_512GI}, allocatable={"memory": NODE_512GI})
+    for system in ({"minFreeKbytesFactor": 88, "watermarkScaleFactor": 99}, {"minFreeKbytesFactor": 88}):
+        slo = parse_nodeslo({"spec": {"systemStrategy": system}})
+        await strategy.run_once(NodeState(pods=MappingProxyType({}), node=n, node_slo=slo), env)
+    vm = node.proc_root / "sys" / "vm"
+    return (vm / "min_free_kbytes").read_text().strip(), (vm / "watermark_scale_factor").read_text().strip()
+
+
+async def test_restore_flag(tmp_path: object) -> None:
+    from pathlib import Path
+
+    assert await _round(Path(str(tmp_path)) / "a", restore=True) == ("4724464", "150")
+    # --system-config-restore=false: koordlet leaves the last written value
+    assert await _round(Path(str(tmp_path)) / "b", restore=False) == ("4724464", "99")
