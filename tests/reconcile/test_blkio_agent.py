@@ -167,3 +167,49 @@ async def test_v2_with_koordlets_v1_only_behaviour_stays_idle(tmp_path: Path, se
         assert node.read(be_dir, "io", "io.weight") == "default 100"
         assert node.read(be_dir, "io", "io.max") == ""
         assert agent.ctx.services["qos_manager"].runners["BlkioReconcile"].strategy.last_plan is None
+
+
+async def test_local_mode_nri_pod_with_a_device_block_and_dry_run(short_dir: Path) -> None:
+    from koordqos.nri.api import nri_api_pb2 as api
+
+    from .conftest import local_agent
+
+    node = SyntheticNode(short_dir / "node", extensions=["blkio.cost.weight"])
+    storage(node)
+    uid = "8b9c0d1e-1c2d-4e3f-9a0b-1c2d3e4f5a6b"
+    ann = {
+        "koordinator.sh/blkioQOS": json.dumps(
+            {"blocks": [{"name": "/dev/vda1", "type": "device", "ioCfg": {"readBPS": 4096}}]}
+        )
+    }
+    sandbox = api.PodSandbox(
+        id="sbx" + "3" * 13,
+        name="batch",
+        uid=uid,
+        namespace="default",
+        labels={"koordinator.sh/qosClass": "BE", "io.kubernetes.pod.uid": uid},
+        annotations=ann,
+    )
+    sandbox.linux.cgroup_parent = f"/kubepods/besteffort/pod{uid}"
+    pod_dir = node.layout.normalize_parent(sandbox.linux.cgroup_parent)
+    node.make_cgroup(pod_dir)
+    async with local_agent(short_dir, node, {"spec": SPEC}, GATES) as (agent, runtime, _file):
+        await runtime.run_pod_sandbox(sandbox)
+        await wait_for(
+            lambda: lines(node, pod_dir, "blkio.throttle.read_bps_device") == {"253:0": "4096"},
+            what="the pod's throttle on vda (the disk of vda1)",
+        )
+        assert lines(node, "kubepods/besteffort", "blkio.cost.weight").get("253:16") == "40"
+    # the same in dry-run: decisions, no file changed
+    node2 = SyntheticNode(short_dir / "node2", extensions=["blkio.cost.weight"])
+    storage(node2)
+    node2.make_cgroup(pod_dir)
+    async with local_agent(short_dir, node2, {"spec": SPEC}, GATES, dry_run=True) as (agent, runtime, _file):
+        await runtime.run_pod_sandbox(sandbox)
+        target = f"{pod_dir}/blkio.throttle.read_bps_device"
+        await wait_for(
+            lambda: any(d.target == target for d in agent.decisions.recent()), what="a dry-run decision"
+        )
+        assert all(d.dry_run for d in agent.decisions.recent(strategy="BlkioReconcile"))
+        assert lines(node2, pod_dir, "blkio.throttle.read_bps_device") == {}
+        assert agent.ctx.services["executor"].file_writes == 0
