@@ -12,6 +12,7 @@ top-down, then writes exact values bottom-up). Pure: `plan_pod` / `plan_qos` ret
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -335,6 +336,7 @@ def plan_memory_qos(
 
 # -- the strategy as the QoS manager runs it -------------------------------------------------------------
 
+YIELD_EVERY_PODS = 20
 FULL_PASS_SECONDS = 60.0  # re-apply every pod's writes at least this often (the executor's force-update age)
 _RETRY = frozenset({"vanished", "failed", "refused"})
 
@@ -417,6 +419,7 @@ class CgroupReconcileStrategy:
         sums: dict[KubeQoS, tuple[int | None, int | None]] = {}
         writes: list[CgroupWrite] = []
         owner: dict[str, str] = {}  # pod dir → uid, to retry a pod whose writes did not land
+        planned = 0
         for uid, pod in state.pods.items():
             if not pod.active:
                 self._memo.pop(uid, None)
@@ -431,6 +434,9 @@ class CgroupReconcileStrategy:
                 self._memo[uid] = (pod, pp)
                 writes += pp.writes
                 self._report(env, pod, pp)
+                planned += 1
+                if planned % YIELD_EVERY_PODS == 0:  # a burst of new pods: keep each loop step short
+                    await asyncio.sleep(0)
             if pp.writes:
                 owner[pp.writes[0].parent] = uid
             add_sums(sums, pod.kube_qos, pp)
