@@ -274,8 +274,25 @@ def _ids(text: str) -> frozenset[int]:
         return frozenset(int(t) for t in text.split() if t.isdigit())
 
 
-def read_resctrl(sys_root: Path | str, vendor: str, groups: Iterable[str] = CLASS_GROUPS) -> ResctrlState:
-    """The L3 CAT info and the groups' tasks; `problem` says why resctrl cannot be used."""
+def read_group_tasks(
+    sys_root: Path | str, present: frozenset[str], groups: Iterable[str] = CLASS_GROUPS
+) -> dict[str, frozenset[int]]:
+    """The thread ids in the class groups and every pod group that exists."""
+    root = Path(sys_root) / RESCTRL
+    tasks: dict[str, frozenset[int]] = {}
+    for g in {*groups, *(p for p in present if p.startswith(POD_GROUP_PREFIX))}:
+        if g in present:
+            try:
+                tasks[g] = _ids((root / g / "tasks").read_text())
+            except OSError:
+                tasks[g] = frozenset()
+    return tasks
+
+
+def read_resctrl(
+    sys_root: Path | str, vendor: str, groups: Iterable[str] = CLASS_GROUPS, with_tasks: bool = True
+) -> ResctrlState:
+    """The L3 CAT info and (`with_tasks`) the groups' tasks; `problem` says why resctrl cannot be used."""
     root = Path(sys_root) / RESCTRL
     try:
         cbm_text = (root / "info" / "L3" / "cbm_mask").read_text()
@@ -295,12 +312,6 @@ def read_resctrl(sys_root: Path | str, vendor: str, groups: Iterable[str] = CLAS
         present = frozenset(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
     except OSError:
         present = frozenset()
-    tasks: dict[str, frozenset[int]] = {}
-    for g in {*groups, *(p for p in present if p.startswith(POD_GROUP_PREFIX))}:
-        if g in present:
-            try:
-                tasks[g] = _ids((root / g / "tasks").read_text())
-            except OSError:
-                tasks[g] = frozenset()
+    tasks = read_group_tasks(sys_root, present, groups) if with_tasks else {}
     problem = "" if ids else "no L3 cache id in the resctrl root schemata"
     return ResctrlState(cbm, ids, vendor, present, tasks, problem)

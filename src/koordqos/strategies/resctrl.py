@@ -30,7 +30,7 @@ from koordqos.host import (
     ResctrlSchemataWrite,
     ResctrlTasksAdd,
 )
-from koordqos.host.resctrl import read_resctrl, read_vendor
+from koordqos.host.resctrl import read_group_tasks, read_resctrl, read_vendor
 from koordqos.model.keys import ANNOTATION_RESCTRL
 from koordqos.model.nodeslo import NodeSLO, ResctrlQOS
 from koordqos.model.pod import PodInfo
@@ -296,7 +296,7 @@ class ResctrlReconcileStrategy:
         self.sweep_seconds = env.config.qos.resctrl_task_sweep_seconds
         if self.vendor is None:
             self.vendor = read_vendor(env.config.paths.proc_root)
-        rs = read_resctrl(env.config.paths.sys_root, self.vendor)
+        rs = read_resctrl(env.config.paths.sys_root, self.vendor, with_tasks=False)
         if rs.problem or rs.cbm is None:
             if rs.problem != self.unavailable:  # one line per distinct reason, not one per round
                 log.warning("resctrl unavailable, strategy idle", reason=rs.problem)
@@ -306,11 +306,14 @@ class ResctrlReconcileStrategy:
             log.info("resctrl available", cache_ids=list(rs.cache_ids), vendor=rs.vendor)
             self.unavailable = ""
         threads = await self._read_threads(state, layout)
+        group_tasks: dict[str, frozenset[int]] = {}
+        if threads:  # only then is there anything to compare with the groups' tasks
+            group_tasks = read_group_tasks(env.config.paths.sys_root, rs.groups)
         inp = ResctrlInputs(
             state.node_slo,
             ResctrlInfo(rs.cbm, rs.cache_ids, rs.vendor),
             state.pods,
-            rs.tasks,
+            group_tasks,
             threads,
             self.pod_groups,
             frozenset(g for g in rs.groups if g.startswith(POD_GROUP_PREFIX)),
