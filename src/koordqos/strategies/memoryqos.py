@@ -336,7 +336,7 @@ def plan_memory_qos(
 
 # -- the strategy as the QoS manager runs it -------------------------------------------------------------
 
-YIELD_EVERY_PODS = 20
+YIELD_EVERY_PODS = 10
 FULL_PASS_SECONDS = 60.0  # re-apply every pod's writes at least this often (the executor's force-update age)
 _RETRY = frozenset({"vanished", "failed", "refused"})
 
