@@ -225,7 +225,7 @@ REAPPLY_SECONDS = 60.0  # unchanged schemata are re-checked against the files th
 THREAD_SWEEP_SECONDS = 10.0  # every pod's threads are re-read at least this often
 THREAD_SWEEP_ROUNDS = 10  # … spread over this many rounds
 THREAD_SWEEP_MIN_PODS = 20
-YIELD_EVERY_PODS = 40
+YIELD_EVERY_PODS = 20
 _LANDED = frozenset({Outcome.WRITTEN, Outcome.UNCHANGED, Outcome.DRY_RUN})
 
 
