@@ -129,8 +129,9 @@ async def test_local_mode_nodeslo_file(short_dir: Path) -> None:
     node = SyntheticNode(short_dir / "node", memory_total=512 * 1024**3)
     node.add_sysctls(**OPTIONAL)
     slo = {"spec": spec(minFreeKbytesFactor=88, watermarkScaleFactor=99)}
-    async with local_agent(short_dir, node, slo, GATES) as (_agent, _runtime, slo_file):
+    async with local_agent(short_dir, node, slo, GATES) as (agent, _runtime, slo_file):
         await wait_for(lambda: proc(node, "vm/min_free_kbytes") == "4724464", what="min_free_kbytes")
+        await more_rounds(agent, "SystemConfigReconcile", 1)  # the round that wrote it has finished
         assert proc(node, "vm/watermark_scale_factor") == "99"
         slo_file.write_text(json.dumps({"spec": spec(minFreeKbytesFactor=88, watermarkScaleFactor=120)}))
         await wait_for(lambda: proc(node, "vm/watermark_scale_factor") == "120", what="the file's new value")
