@@ -4,6 +4,8 @@ Services put on the AgentContext by `setup`:
 * "cgroup_layout": `CgroupLayout` (version/driver detected under --cgroup-root; dir naming; capabilities)
 * "executor": `CgroupExecutor` (applies `CgroupWrite` intents; dry-run aware; decision log)
 * "cgroup_reader": `CgroupReader` (usage counters and settings of cgroup dirs)
+* "host_actuator": `koordqos.host.HostActuator` (sysctl, oom_score_adj, core-sched cookies), built here
+  beside the executor until agent.py composes the actuators itself
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from koordqos.cgroups.resources import CgroupVersion
 
 if TYPE_CHECKING:
     from koordqos.agent import AgentContext, Component
+    from koordqos.host import HostActuator
 
 __all__ = [
     "CgroupDriver",
@@ -46,6 +49,7 @@ def setup(ctx: AgentContext) -> list[Component]:
     ctx.services["cgroup_layout"] = layout
     ctx.services["executor"] = executor
     ctx.services["cgroup_reader"] = CgroupReader(layout)
+    ctx.services["host_actuator"] = build_host_actuator(ctx, layout)
     ctx.status["cgroups"] = {
         "root": str(layout.root),
         "version": str(layout.version),
@@ -53,3 +57,20 @@ def setup(ctx: AgentContext) -> list[Component]:
         "hybrid": layout.hybrid,
     }
     return []
+
+
+def build_host_actuator(ctx: AgentContext, layout: CgroupLayout) -> HostActuator:
+    """The host actuator under --proc-root / --sys-root; prctl cookies when CoreSched is on and supported."""
+    import os
+
+    from koordqos.host import HostActuator, PrctlCookieOps
+
+    cfg = ctx.config
+    cookies = cfg.gate("CoreSched") and os.name == "posix" and layout.core_sched_supported()[0]
+    return HostActuator(
+        ctx.decisions,
+        proc_root=cfg.paths.proc_root,
+        sys_root=cfg.paths.sys_root,
+        dry_run=cfg.dry_run or None,
+        cookie_ops=PrctlCookieOps() if cookies else None,
+    )
