@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from koordqos.cgroups.executor import CgroupWrite, Level
 from koordqos.model.nodeslo import CPUBurstConfig, merge_pod_cpu_burst
-from koordqos.model.pod import ContainerInfo, PodInfo, QoSClass
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import QoSClass
 from koordqos.strategies.cpuburst_limiter import LimiterPool, limiter_allows
 
 CFS_PERIOD = 100_000  # µs, CFS base period

@@ -30,7 +30,8 @@ from koordqos.events.types import MetricTick
 from koordqos.host import HostActuator
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import CpuTopology
-from koordqos.model.pod import KubeQoS, PodInfo
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.once import SeenOnce
 from koordqos.state import NodeState
 from koordqos.strategies.cpupick import Processor
