@@ -10,7 +10,6 @@ specifics, and a proxy hook service can reuse `RuntimeHooks.run_stage` with its 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,7 +49,6 @@ def setup(ctx: AgentContext) -> list[Component]:
     """Build the enabled hooks, register the NRI conversion and return the reconciler."""
     from koordqos.cgroups.executor import CgroupExecutor
     from koordqos.cgroups.layout import CgroupLayout
-    from koordqos.hooks.coresched import PrctlCookieOps
     from koordqos.hooks.framework import parse_failure_policy
     from koordqos.hooks.reconciler import HookReconciler
 
@@ -81,7 +79,6 @@ def setup(ctx: AgentContext) -> list[Component]:
             bvt=probe_bvt_system(layout, Path(cfg.paths.proc_root)),
             core_sched_supported=core_ok,
             core_sched_reason=core_reason,
-            cookie_ops=PrctlCookieOps() if core_ok and os.name == "posix" else None,
         )
     )
     ctx.services["runtime_hooks"] = hooks
@@ -93,10 +90,10 @@ def setup(ctx: AgentContext) -> list[Component]:
         hooks,
         layout,
         executor,
+        ctx.services["host_actuator"],
         ctx.decisions,
         bus=ctx.bus,
         interval=cfg.hooks.reconcile_interval_seconds,
-        proc_root=cfg.paths.proc_root,
     )
     ctx.services["hooks_reconciler"] = reconciler
     ctx.status["runtime_hooks"] = {"enabled": hooks.names, "failure_policy": policy}

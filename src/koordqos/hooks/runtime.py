@@ -77,7 +77,6 @@ class HookOptions:
     bvt: BvtSystem = field(default_factory=BvtSystem)
     core_sched_supported: bool = False
     core_sched_reason: str = "not probed"
-    cookie_ops: Any = None
 
 
 def _gate(gates: Mapping[str, bool], name: str) -> bool:
@@ -103,9 +102,7 @@ class RuntimeHooks:
         self.cpu_normalization = CPUNormalization() if _gate(g, "CPUNormalization") else None
         self.oom = OOMScoreAdj() if _gate(g, "OOMScoreAdj") else None
         self.core_sched = (
-            CoreSched(opts.core_sched_supported, opts.core_sched_reason, opts.cookie_ops)
-            if _gate(g, "CoreSched")
-            else None
+            CoreSched(opts.core_sched_supported, opts.core_sched_reason) if _gate(g, "CoreSched") else None
         )
         self.pending_updates: set[str] = set()  # rule changes not yet reconciled
         self._slo: NodeSLO | bool | None = False  # False: never seen
