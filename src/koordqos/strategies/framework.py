@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -261,11 +261,11 @@ class QoSManager:
         bus: EventBus,
         strategies: Iterable[QoSStrategy],
         *,
-        status: dict[str, Any] | None = None,
+        status: MutableMapping[str, Any] | None = None,
     ) -> None:
         self.env = env
         self.bus = bus
-        self.status = {} if status is None else status  # shown by /readyz and /debug/state
+        self.status: MutableMapping[str, Any] = {} if status is None else status  # /readyz, /debug/state
         cfg = env.config
         self.runners: dict[str, _Runner] = {}
         self.disabled: list[str] = []
