@@ -423,3 +423,23 @@ def test_sandbox_runtime_fallbacks() -> None:
     assert sandbox_runtime(None, {}, (crio,)) == "cri-o"
     assert sandbox_runtime(None, {"io.kubernetes.docker.type": "podsandbox"}, ()) == "docker"
     assert sandbox_runtime(None, {}, ()) == "containerd"
+
+
+async def test_dry_run_host_writes_are_recorded_and_change_nothing(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    kernel = node.proc_root / "sys/kernel"
+    kernel.mkdir(parents=True)
+    (kernel / "sched_group_identity_enabled").write_text("0\n")
+    app = ContainerInfo(name="c1", container_id="containerd://appc")
+    p = pod("o", "LS", KubeQoS.BURSTABLE, [app], {"koordinator.sh/oom-score-adj": "-500"})
+    pdir = node.add_pod(p)
+    node.write(node.layout.container_dir_in(pdir, "containerd://appc"), "cpu", "cgroup.procs", 22)
+    (node.proc_root / "22").mkdir()
+    (node.proc_root / "22/oom_score_adj").write_text("0\n")
+    rec = make_reconciler(node, {"OOMScoreAdj": True}, dry_run=True)
+    await rec.reconcile(state(PodsReplaced((p,)), NodeSLOUpdated(parse_nodeslo(GI_SLO))))
+    assert (node.proc_root / "22/oom_score_adj").read_text().strip() == "0"
+    assert (kernel / "sched_group_identity_enabled").read_text().strip() == "0"
+    recorded = {(d.target, d.new) for d in rec.decisions.recent() if d.dry_run}
+    assert ("pid/22/oom_score_adj", -500) in recorded
+    assert ("sysctl/kernel/sched_group_identity_enabled", "1") in recorded
