@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from koordqos.agent import AgentContext
 from koordqos.config import AgentConfig, add_flags, build_config, load_config
 from koordqos.decisions import DecisionLog
 from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.state import NodeState
-from koordqos.strategies import setup
-from koordqos.strategies.framework import QoSManager, StrategyEnv
+from koordqos.strategies.framework import QoSManager, QoSStrategy, StrategyEnv
 from koordqos.strategies.intents import CFS_QUOTA
-from koordqos.strategies.registry import ORDER, registered
+from koordqos.strategies.registry import ORDER, build_all, registered
 from koordqos.testing.strategyenv import strategy_env
 
 
@@ -40,40 +40,32 @@ class Fake:
             raise RuntimeError("boom")
 
 
-def ctx(base: Path, tree: dict[str, Any] | None = None) -> AgentContext:
-    """An agent context with the services of the cgroups and metrics packages over a synthetic node."""
+def ctx(base: Path, tree: dict[str, Any] | None = None) -> Any:
+    """What QoSManager is wired with: a bus and a StrategyEnv over a synthetic node."""
     from koordqos.testing.nodefs import SyntheticNode
 
     cfg = build_config(tree or {})
-    c = AgentContext(cfg, EventBus(), DecisionLog(dry_run=cfg.dry_run), local_mode=True)
-    env = strategy_env(SyntheticNode(base / "node", cpus=4).layout, c.decisions, config=cfg)
-    c.services.update(
-        cgroup_layout=env.layout,
-        cgroup_reader=env.reader,
-        executor=env.executor,
-        metric_store=env.store,
-        host_actuator=env.host,
-    )
-    return c
+    decisions = DecisionLog(dry_run=cfg.dry_run)
+    env = strategy_env(SyntheticNode(base / "node", cpus=4).layout, decisions, config=cfg)
+    return SimpleNamespace(config=cfg, bus=EventBus(), decisions=decisions, env=env)
 
 
-def manager_of(c: AgentContext, strategies: list[Fake]) -> QoSManager:
-    env = strategy_env(c.services["cgroup_layout"], c.decisions, config=c.config)
-    return QoSManager(env, c.bus, strategies)
+def manager_of(c: Any, strategies: Sequence[QoSStrategy]) -> QoSManager:
+    return QoSManager(c.env, c.bus, strategies)
 
 
 def test_registry_order_and_default_enablement(tmp_path: Path) -> None:
     names = registered()
     assert names == [n for n in ORDER if n in names]
     assert {"CPUSuppress", "CPUEvict", "MemoryEvict"} <= set(names)
-    manager = setup(ctx(tmp_path))[0]
+    manager = manager_of(ctx(tmp_path), build_all())
     assert isinstance(manager, QoSManager)
     assert "CPUSuppress" in manager.runners  # BECPUSuppress is on by default
     assert {"CPUEvict", "MemoryEvict"} <= set(manager.disabled)  # eviction gates are off by default
 
 
 def test_zero_interval_disables_even_with_gate_on(tmp_path: Path) -> None:
-    manager = setup(ctx(tmp_path, {"qos": {"cpu_suppress_interval_seconds": 0}}))[0]
+    manager = manager_of(ctx(tmp_path, {"qos": {"cpu_suppress_interval_seconds": 0}}), build_all())
     assert isinstance(manager, QoSManager)
     assert "CPUSuppress" in manager.disabled
 
