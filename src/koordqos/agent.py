@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import random
 import signal
 import time
@@ -32,6 +33,7 @@ from koordqos.hooks import build_runtime_hooks
 from koordqos.hooks.core import HookCore
 from koordqos.hooks.reconciler import HookReconciler
 from koordqos.hooks.runtime import RuntimeHooks
+from koordqos.host import HostActuator, PrctlCookieOps
 from koordqos.kube import KubeConnection, cluster_sources
 from koordqos.kube.events import EventRecorder
 from koordqos.kube.evictor import Evictor
@@ -72,6 +74,7 @@ class Services:
     status: dict[str, Any]  # shown by /readyz and /debug/state
     layout: CgroupLayout
     executor: CgroupExecutor
+    host: HostActuator
     reader: CgroupReader
     topology: CpuTopology
     metric_store: MetricStore
@@ -100,6 +103,14 @@ def build_services(
         force_update_seconds=config.executor.resource_force_update_seconds,
         dry_run=config.dry_run or None,
     )
+    cookies = config.gate("CoreSched") and os.name == "posix" and layout.core_sched_supported()[0]
+    host = HostActuator(
+        decisions,
+        proc_root=paths.proc_root,
+        sys_root=paths.sys_root,
+        dry_run=config.dry_run or None,
+        cookie_ops=PrctlCookieOps() if cookies else None,
+    )
     kube: KubeConnection | None = None
     recorder: EventRecorder | None = None
     if not local_mode:
@@ -125,6 +136,7 @@ def build_services(
         status=status,
         layout=layout,
         executor=executor,
+        host=host,
         reader=CgroupReader(layout),
         topology=read_topology(paths.sys_root),
         metric_store=MetricStore(config.metrics.retention_seconds, config.metrics.collect_interval_seconds),
@@ -322,6 +334,7 @@ class Agent:
                 layout=svc.layout,
                 reader=svc.reader,
                 executor=svc.executor,
+                host=svc.host,
                 metric_store=svc.metric_store,
                 topology=svc.topology,
                 evictor=svc.evictor,
@@ -363,10 +376,10 @@ class Agent:
             hooks,
             svc.layout,
             svc.executor,
+            svc.host,
             svc.decisions,
             bus=svc.bus,
             interval=cfg.hooks.reconcile_interval_seconds,
-            proc_root=cfg.paths.proc_root,
         )
 
     # -- what the HTTP endpoints read (server.http.AgentView) ------------------------------------

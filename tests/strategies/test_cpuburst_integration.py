@@ -108,6 +108,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
         layout=ctx.layout,
         reader=ctx.reader,
         executor=ctx.executor,
+        host=ctx.host,
         metric_store=ctx.metric_store,
         topology=ctx.topology,
         evictor=None,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion, parse_cpuset
-from koordqos.errors import PathEscapeError
+from koordqos.errors import CgroupError, PathEscapeError
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,3 +259,24 @@ class CgroupReader:
             return int(q), int(p)
         except ValueError:
             return None
+
+
+def read_procs(layout: CgroupLayout, rel: str) -> list[int] | None:
+    """The PIDs in `rel`'s cgroup.procs (cpu hierarchy); None when the dir is gone, refused or unreadable.
+
+    Blocking (a file read per dir): callers with many dirs run it in a worker thread.
+    """
+    try:
+        path = layout.subsystem_dir(rel, "cpu") / "cgroup.procs"
+        fd = os.open(path, _READ_FLAGS)
+    except (OSError, CgroupError):
+        return None
+    try:
+        chunks = []
+        while data := os.read(fd, 65536):
+            chunks.append(data)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return [int(x) for x in b"".join(chunks).split() if x.isdigit()]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from koordqos.features import DEFAULT_GATES
 
@@ -37,7 +36,6 @@ class HookOptions:
     bvt: BvtSystem = field(default_factory=BvtSystem)
     core_sched_supported: bool = False
     core_sched_reason: str = "not probed"
-    cookie_ops: Any = None
 
     def gate(self, name: str) -> bool:
         """A feature gate, koordlet's default when not set."""
