@@ -170,12 +170,20 @@ class CgroupTree:
                 self._mkdir(h / self.name / rel)
 
     def wrap(self, argv: list[str], *, read_only_proc_sys: bool = False) -> list[str]:
-        """`argv` run in a new mount namespace where the scratch tree is the whole cgroup hierarchy."""
-        steps = [f"mount --bind {h / self.name} {h}" for h in self.hierarchies]
+        """`argv` run where the scratch tree is the whole cgroup hierarchy.
+
+        The wrapper joins the tree's root cgroup in every hierarchy, then unshares a cgroup namespace
+        (so /proc/<pid>/cgroup is relative to the tree, which runc needs to mount a container's
+        /sys/fs/cgroup) and a mount namespace in which the tree is bind-mounted over each hierarchy.
+        """
+        join = [f"echo $$ > {h / self.name}/cgroup.procs" for h in self.hierarchies]
+        binds = [f"mount --bind {h / self.name} {h}" for h in self.hierarchies]
         if read_only_proc_sys:
-            steps += ["mount --bind /proc/sys /proc/sys", "mount -o remount,bind,ro /proc/sys"]
-        script = "set -e; " + "; ".join(steps) + '; exec "$@"'
-        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", *argv]
+            binds += ["mount --bind /proc/sys /proc/sys", "mount -o remount,bind,ro /proc/sys"]
+        inner = "set -e; " + "; ".join(binds) + '; exec "$@"'
+        unshare = ["unshare", "--cgroup", "--mount", "--propagation", "private", "--"]
+        outer = "set -e; " + "; ".join(join) + '; exec "$@"'
+        return ["/bin/sh", "-c", outer, "sh", *unshare, "/bin/sh", "-c", inner, "sh", *argv]
 
     def procs(self) -> set[int]:
         """Every pid in any cgroup of the tree."""
@@ -294,6 +302,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 [plugins.'io.containerd.cri.v1.runtime']
   enable_selinux = false
+  # the test machines withhold CAP_SYS_RESOURCE: no oom_score_adj below containerd's own (the sandbox's -998)
+  restrict_oom_score_adj = true
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -301,6 +311,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         SystemdCgroup = false
         BinaryName = "{self.tools["RUNC"]}"
+        Root = "{w}/runc"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["{w}/cni/bin"]
     conf_dir = "{w}/cni/net.d"
