@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	nri "github.com/containerd/nri/pkg/adaptation"
@@ -149,11 +150,15 @@ func main() {
 		}
 	}
 
-	synced := make(chan []*api.ContainerUpdate, 4)
+	// syncFn runs once at Start (for pre-launched plugins: none here) and once per connecting plugin
+	var syncMu sync.Mutex
+	var syncs [][]*api.ContainerUpdate
 	syncFn := func(ctx context.Context, cb nri.SyncCB) error {
 		updates, err := cb(ctx, n.podList(), n.containerList())
 		if err == nil {
-			synced <- updates
+			syncMu.Lock()
+			syncs = append(syncs, updates)
+			syncMu.Unlock()
 		}
 		return err
 	}
@@ -179,20 +184,18 @@ func main() {
 	defer r.Stop()
 	fmt.Fprintln(os.Stderr, "nripeer: listening on", *socket)
 
-	var syncUpdates []*api.ContainerUpdate
-	select {
-	case syncUpdates = <-synced:
-	case <-time.After(*wait):
-		fail("no plugin connected within %v", *wait)
-	}
-	// the plugin joins the active set only after its Synchronize returned
+	// the plugin joins the active set right after its Synchronize returned
+	deadline := time.After(*wait)
 	for count := 0; count < 1; {
 		select {
 		case count = <-joined.active:
-		case <-time.After(*wait):
-			fail("the plugin did not join after Synchronize")
+		case <-deadline:
+			fail("no plugin connected within %v", *wait)
 		}
 	}
+	syncMu.Lock()
+	syncUpdates := syncs[len(syncs)-1]
+	syncMu.Unlock()
 	ctx := context.Background()
 	if *benchN > 0 {
 		bench(ctx, r, *benchN)
