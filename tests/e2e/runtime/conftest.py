@@ -11,7 +11,15 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from harness import REQUIRED_ENV, RUN_ENV, Stack, Toolchain, Unavailable, build_toolchain, missing_prerequisite
+from harness import (
+    REQUIRED_ENV,
+    RUN_ENV,
+    Stack,
+    Toolchain,
+    Unavailable,
+    build_toolchain,
+    missing_prerequisite,
+)
 from harness import stack as make_stack
 
 _built: Toolchain | Unavailable | None = None

@@ -157,7 +157,9 @@ class CgroupTree:
 
     def _mkdir(self, d: Path) -> None:
         d.mkdir(exist_ok=True)
-        if (d / "cpuset.cpus").exists():  # a new cpuset group is empty: copy the parent's, as the kubelet does
+        if (
+            d / "cpuset.cpus"
+        ).exists():  # a new cpuset group is empty: copy the parent's, as the kubelet does
             for f in ("cpuset.cpus", "cpuset.mems"):
                 if not (d / f).read_text().strip():
                     (d / f).write_text((d.parent / f).read_text())
@@ -712,3 +714,42 @@ def stack(tools: Toolchain) -> Iterator[Stack]:
             problems.append(f"{workdir} not removed")
         if problems:
             sys.stderr.write("e2e-runtime cleanup: " + "; ".join(problems) + "\n")
+
+
+# -- cluster mode: the project's fake API server, on a loop in a thread ----------------------------------
+
+
+class ThreadedAPIServer:
+    """`koordqos.testing.fake_apiserver.FakeAPIServer` served from its own event loop in a thread, so the
+    synchronous tests can use it; `upsert` is passed to that loop."""
+
+    def __init__(self) -> None:
+        import asyncio
+        import threading
+
+        from koordqos.testing.fake_apiserver import FakeAPIServer
+
+        self._asyncio = asyncio
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="fake-apiserver", daemon=True)
+        self.api = FakeAPIServer()
+
+    def __enter__(self) -> ThreadedAPIServer:
+        self.thread.start()
+        self._asyncio.run_coroutine_threadsafe(self.api.start(), self.loop).result(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._asyncio.run_coroutine_threadsafe(self.api.stop(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+    def upsert(self, plural: str, obj: dict[str, Any]) -> None:
+        async def do() -> None:
+            self.api.upsert(plural, obj)
+
+        self._asyncio.run_coroutine_threadsafe(do(), self.loop).result(30)
+
+    def kubeconfig(self, path: Path) -> Path:
+        return self.api.write_kubeconfig(path)

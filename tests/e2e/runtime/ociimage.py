@@ -104,7 +104,11 @@ def image_archive(spec: ImageSpec) -> bytes:
         ("oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode()),
         ("index.json", json.dumps(index, sort_keys=True).encode()),
     ]
-    for digest, data in ((layer_digest, layer), (config_digest, config_bytes), (manifest_digest, manifest_bytes)):
+    for digest, data in (
+        (layer_digest, layer),
+        (config_digest, config_bytes),
+        (manifest_digest, manifest_bytes),
+    ):
         entries.append((f"blobs/sha256/{digest.removeprefix('sha256:')}", data))
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:

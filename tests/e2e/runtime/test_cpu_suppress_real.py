@@ -57,7 +57,11 @@ def test_cpu_suppress_throttles_the_real_be_burner(rt: Stack) -> None:
     assert 0 < quota <= ceiling
 
     # the kernel enforces it: the besteffort group (the burner's pod's parent) keeps hitting its quota
-    t0, used0, thr0 = time.monotonic(), int(rt.tree.read("cpuacct", ctr, "cpuacct.usage")), throttled(rt, be_dir)
+    t0, used0, thr0 = (
+        time.monotonic(),
+        int(rt.tree.read("cpuacct", ctr, "cpuacct.usage")),
+        throttled(rt, be_dir),
+    )
     wait_for(lambda: throttled(rt, be_dir) >= thr0 + 10, 30, "the besteffort group to be throttled")
     elapsed = time.monotonic() - t0
     rate = (int(rt.tree.read("cpuacct", ctr, "cpuacct.usage")) - used0) / 1e9 / elapsed  # cores

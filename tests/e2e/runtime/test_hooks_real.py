@@ -7,6 +7,7 @@ the CRI request carries the kubelet's values, so each assertion fails without ko
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from harness import BE_RESOURCES, SLEEP, PodSpec, Stack, wait_for
@@ -68,7 +69,7 @@ def test_group_identity_and_oom_score_adj(rt: Stack) -> None:
     cid = rt.cri.run_container(pod, "main", SLEEP, oom_score_adj=1000, **BE_RESOURCES)
     pid = rt.cri.pid(cid)
     # the kubelet asked 1000 for the BE container; the annotation's 500 came in the NRI adjustment
-    assert open(f"/proc/{pid}/oom_score_adj").read().strip() == "500"
+    assert Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == "500"
     # group identity: this kernel has no Anolis cpu.bvt_warp_ns; the agent uses cpu.idle for BE (-1)
     if not rt.tree.real("cpu", "kubepods").joinpath("cpu.idle").exists():
         pytest.skip("the kernel has neither cpu.bvt_warp_ns nor cpu.idle: no group identity to check")

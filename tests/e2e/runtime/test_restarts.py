@@ -84,7 +84,9 @@ def test_agent_restarted_under_a_running_containerd(rt: Stack) -> None:
     second = rt.agent(*NO_RECONCILE)
     second.start()
     second.wait_connected()
-    wait_for(lambda: not all_adjusted(rt, [old, gap]), 30, "the restarted agent to correct the gap's container")
+    wait_for(
+        lambda: not all_adjusted(rt, [old, gap]), 30, "the restarted agent to correct the gap's container"
+    )
     new = be_pod("new")
     rt.cri.run_pod(new)
     rt.cri.run_container(new, "main", SLEEP, **BE_RESOURCES)

@@ -60,12 +60,14 @@ def test_be_pod_gets_batch_limits_in_real_cgroups(rt: Stack) -> None:
     # the running container's own cgroup, read from the kernel
     ctr_dir = pod.container_dir("main")
     assert batch_values(rt, ctr_dir) == (200000, 1536, 256 * MI)
-    assert (2, -1, UNLIMITED) != batch_values(rt, ctr_dir)  # not what containerd alone sets (see test below)
+    assert batch_values(rt, ctr_dir) != (2, -1, UNLIMITED)  # not what containerd alone sets (see test below)
     pid = rt.cri.pid(cid)
     assert str(pid) in rt.tree.read("cpu", ctr_dir, "cgroup.procs").split()  # it is the live container's
 
     # the pod cgroup: written by the agent at RunPodSandbox (and kept by the reconciler)
-    wait_for(lambda: batch_values(rt, pod.cgroup_dir) == (200000, 1536, 256 * MI), 20, "pod-level batch limits")
+    wait_for(
+        lambda: batch_values(rt, pod.cgroup_dir) == (200000, 1536, 256 * MI), 20, "pod-level batch limits"
+    )
 
     # the agent saw it all through NRI
     state = agent.state()
@@ -80,3 +82,37 @@ def test_without_koordqos_the_same_pod_gets_plain_values(rt: Stack) -> None:
     rt.cri.run_pod(pod)
     rt.cri.run_container(pod, "main", SLEEP, **BE_RESOURCES)
     assert batch_values(rt, pod.container_dir("main")) == (-1, 2, UNLIMITED)
+
+
+def test_cluster_mode_be_pod_from_the_api_gets_batch_limits(rt: Stack) -> None:
+    """Cluster mode: the pod object (batch resources in its spec, no annotation) comes from the fake API
+    server; the sandbox and container come from crictl; the same cgroup values must follow."""
+    from harness import ThreadedAPIServer
+
+    from koordqos.testing.fake_apiserver import make_node, make_pod
+
+    pod = PodSpec("cluster-seed", "besteffort", labels={"koordinator.sh/qosClass": "BE"})
+    raw = make_pod(
+        pod.name,
+        "e2e-node",
+        namespace="e2e",
+        uid=pod.uid,
+        qos="BE",
+        requests={"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": str(256 * MI)},
+        limits={"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": str(256 * MI)},
+    )
+    with ThreadedAPIServer() as api:
+        api.upsert("nodes", make_node("e2e-node"))
+        api.upsert("pods", raw)
+        agent = rt.agent("--kubeconfig", str(api.kubeconfig(rt.workdir / "kubeconfig")))
+        agent.start()
+        agent.wait_connected()
+        wait_for(lambda: agent.readyz().get("ready") is True, 60, "the agent to sync pods, Node and NodeSLO")
+        assert agent.readyz()["mode"] == "cluster"
+        rt.cri.run_pod(pod)
+        rt.cri.run_container(pod, "main", SLEEP, **BE_RESOURCES)
+        assert batch_values(rt, pod.container_dir("main")) == (200000, 1536, 256 * MI)
+        wait_for(
+            lambda: batch_values(rt, pod.cgroup_dir) == (200000, 1536, 256 * MI), 20, "pod-level batch limits"
+        )
+        agent.stop()
