@@ -30,9 +30,10 @@ EXT = "node.koordinator.sh/extended-resource-spec"
 
 @pytest.fixture(scope="module")
 def peer() -> Path:
-    if os.environ.get(RUN_ENV) != "1":
-        pytest.skip(f"real-runtime e2e: run `python -m nox -s e2e-runtime` (or set {RUN_ENV}=1)")
     reason = go_unavailable()
+    if os.environ.get(RUN_ENV) != "1":
+        here = f"; it would skip here too: {reason}" if reason else ""
+        pytest.skip(f"real-runtime e2e: run `python -m nox -s e2e-runtime` (or set {RUN_ENV}=1){here}")
     if reason is not None:
         if os.environ.get("KOORDQOS_E2E_RUNTIME_REQUIRED") == "1":
             pytest.fail(f"e2e-runtime required but unavailable: {reason}", pytrace=False)

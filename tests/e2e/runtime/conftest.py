@@ -35,7 +35,9 @@ def toolchain() -> Toolchain:
     """The runtime binaries and images (setup.sh, once per session), or skip with the reason."""
     global _built
     if os.environ.get(RUN_ENV) != "1":
-        pytest.skip(f"real-runtime e2e: run `python -m nox -s e2e-runtime` (or set {RUN_ENV}=1)")
+        missing = missing_prerequisite()
+        here = f"; it would skip here too: {missing}" if missing else ""
+        pytest.skip(f"real-runtime e2e: run `python -m nox -s e2e-runtime` (or set {RUN_ENV}=1){here}")
     if _built is None:
         reason = missing_prerequisite()
         if reason is not None:

@@ -52,14 +52,16 @@ class Unavailable(Exception):
 def wait_for(cond: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
     """Poll `cond` until it returns a truthy value (returned) or `timeout` passes (AssertionError)."""
     deadline = time.monotonic() + timeout
-    last: Any = None
+    last: object = None
     while True:
         try:
-            last = cond()
+            value = cond()
         except Exception as exc:  # a file not there yet, a socket not up yet: keep polling
             last = exc
-        if last and not isinstance(last, Exception):
-            return last
+        else:
+            if value:
+                return value
+            last = value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
         time.sleep(interval)
