@@ -11,7 +11,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from harness import (
+
+from .harness import (
     REQUIRED_ENV,
     RUN_ENV,
     Stack,
@@ -20,7 +21,7 @@ from harness import (
     build_toolchain,
     missing_prerequisite,
 )
-from harness import stack as make_stack
+from .harness import stack as make_stack
 
 _built: Toolchain | Unavailable | None = None
 

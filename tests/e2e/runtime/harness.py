@@ -28,12 +28,13 @@ import tomllib
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from koordqos.testing import scratchcg
+from koordqos.testing.poll import wait_until_sync
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -42,29 +43,11 @@ DEPLOYMENT_DOC = REPO / "docs" / "deployment.md"
 RUN_ENV = "KOORDQOS_E2E_RUNTIME"  # "1" runs the suites (nox -s e2e-runtime sets it)
 REQUIRED_ENV = "KOORDQOS_E2E_RUNTIME_REQUIRED"  # "1": a missing prerequisite fails instead of skipping
 CGROUP_MNT = Path("/sys/fs/cgroup")
-T = TypeVar("T")
+POLL = 0.1  # seconds between polls: each one may run crictl or read several cgroup files
 
 
 class Unavailable(Exception):
     """The real runtime cannot run here; the message is the skip reason."""
-
-
-def wait_for(cond: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
-    """Poll `cond` until it returns a truthy value (returned) or `timeout` passes (AssertionError)."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while True:
-        try:
-            value = cond()
-        except Exception as exc:  # a file not there yet, a socket not up yet: keep polling
-            last = exc
-        else:
-            if value:
-                return value
-            last = value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
-        time.sleep(interval)
 
 
 # -- prerequisites and the build -----------------------------------------------------------------------
@@ -355,7 +338,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             return cri.ok("info")
 
         try:
-            wait_for(up, timeout, "containerd's CRI to answer")
+            wait_until_sync(up, timeout, POLL, "containerd's CRI to answer")
         except Unavailable as exc:
             raise AssertionError(str(exc)) from None
 
@@ -472,7 +455,9 @@ class CRI:
         """Create and start; waits until the container runs; its id."""
         cid = self.create(pod, name, command, **resources)
         self.start(cid)
-        wait_for(lambda: self.inspect(cid)["status"]["state"] == "CONTAINER_RUNNING", 30, f"{name} running")
+        wait_until_sync(
+            lambda: self.inspect(cid)["status"]["state"] == "CONTAINER_RUNNING", 30, POLL, f"{name} running"
+        )
         return cid
 
     def inspect(self, cid: str) -> dict[str, Any]:
@@ -608,7 +593,12 @@ class Agent:
             return body
 
     def readyz(self) -> dict[str, Any]:
-        doc: dict[str, Any] = json.loads(self._get("/readyz"))
+        """The /readyz body; {} while the agent is not listening yet (it is polled from start-up on)."""
+        try:
+            body = self._get("/readyz")
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return {}
+        doc: dict[str, Any] = json.loads(body)
         return doc
 
     def state(self) -> dict[str, Any]:
@@ -631,7 +621,9 @@ class Agent:
 
     def wait_connected(self, timeout: float = 60.0) -> None:
         """Until /readyz says the NRI plugin is registered with containerd."""
-        wait_for(lambda: self.readyz().get("nri_connected") is True, timeout, "the agent's NRI connection")
+        wait_until_sync(
+            lambda: self.readyz().get("nri_connected") is True, timeout, POLL, "the agent's NRI connection"
+        )
 
     def stop(self, timeout: float = 15.0) -> int | None:
         proc = self.proc

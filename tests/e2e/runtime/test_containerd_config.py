@@ -13,7 +13,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from harness import CgroupTree, Containerd, Stack, Toolchain, doc_nri_section
+
+from .harness import CgroupTree, Containerd, Stack, Toolchain, doc_nri_section
 
 PATH_KEYS = {"socket_path", "plugin_path", "plugin_config_path"}
 

@@ -12,8 +12,11 @@ import os
 import time
 
 import pytest
-from harness import BE_RESOURCES, BURN, Stack, wait_for
-from test_seed import be_pod
+
+from koordqos.testing.poll import wait_until_sync
+
+from .harness import BE_RESOURCES, BURN, POLL, Stack
+from .test_seed import be_pod
 
 pytestmark = pytest.mark.e2e_runtime
 PERIOD = 100000
@@ -49,11 +52,13 @@ def test_cpu_suppress_throttles_the_real_be_burner(rt: Stack) -> None:
 
     cpus = os.cpu_count() or 1
     ceiling = cpus * PERIOD * 10 // 100  # capacity × threshold: the most BE may get
-    quota = wait_for(
-        lambda: (q := int(rt.tree.read("cpu", be_dir, "cpu.cfs_quota_us"))) > 0 and q,
+    wait_until_sync(
+        lambda: int(rt.tree.read("cpu", be_dir, "cpu.cfs_quota_us")) > 0,
         60,
+        POLL,
         "the agent to cap the besteffort CFS quota",
     )
+    quota = int(rt.tree.read("cpu", be_dir, "cpu.cfs_quota_us"))
     assert 0 < quota <= ceiling
 
     # the kernel enforces it: the besteffort group (the burner's pod's parent) keeps hitting its quota
@@ -62,7 +67,9 @@ def test_cpu_suppress_throttles_the_real_be_burner(rt: Stack) -> None:
         int(rt.tree.read("cpuacct", ctr, "cpuacct.usage")),
         throttled(rt, be_dir),
     )
-    wait_for(lambda: throttled(rt, be_dir) >= thr0 + 10, 30, "the besteffort group to be throttled")
+    wait_until_sync(
+        lambda: throttled(rt, be_dir) >= thr0 + 10, 30, POLL, "the besteffort group to be throttled"
+    )
     elapsed = time.monotonic() - t0
     rate = (int(rt.tree.read("cpuacct", ctr, "cpuacct.usage")) - used0) / 1e9 / elapsed  # cores
     quota_now = int(rt.tree.read("cpu", be_dir, "cpu.cfs_quota_us"))

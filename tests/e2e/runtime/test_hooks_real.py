@@ -10,8 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
-from harness import BE_RESOURCES, SLEEP, PodSpec, Stack, wait_for
-from test_seed import MI, batch_values, be_pod
+
+from koordqos.testing.poll import wait_until_sync
+
+from .harness import BE_RESOURCES, POLL, SLEEP, PodSpec, Stack
+from .test_seed import MI, batch_values, be_pod
 
 pytestmark = pytest.mark.e2e_runtime
 
@@ -74,7 +77,9 @@ def test_group_identity_and_oom_score_adj(rt: Stack) -> None:
     if not rt.tree.real("cpu", "kubepods").joinpath("cpu.idle").exists():
         pytest.skip("the kernel has neither cpu.bvt_warp_ns nor cpu.idle: no group identity to check")
     assert not rt.tree.real("cpu", "kubepods").joinpath("cpu.bvt_warp_ns").exists()
-    wait_for(lambda: rt.tree.read("cpu", pod.cgroup_dir, "cpu.idle") == "1", 20, "BE pod cpu.idle=1")
+    wait_until_sync(
+        lambda: rt.tree.read("cpu", pod.cgroup_dir, "cpu.idle") == "1", 20, POLL, "BE pod cpu.idle=1"
+    )
 
 
 def test_update_container_keeps_batch_limits(rt: Stack) -> None:

@@ -8,8 +8,11 @@ runtime applying the agent's Synchronize (or CreateContainer) reply, not the age
 from __future__ import annotations
 
 import pytest
-from harness import BE_RESOURCES, SLEEP, Agent, PodSpec, Stack, wait_for
-from test_seed import MI, UNLIMITED, batch_values, be_pod
+
+from koordqos.testing.poll import wait_until_sync
+
+from .harness import BE_RESOURCES, POLL, SLEEP, Agent, PodSpec, Stack
+from .test_seed import MI, UNLIMITED, batch_values, be_pod
 
 pytestmark = pytest.mark.e2e_runtime
 BATCH = (200000, 1536, 256 * MI)
@@ -41,7 +44,9 @@ def test_agent_started_after_the_containers_corrects_them(rt: Stack) -> None:
     agent.start()
     agent.wait_connected()
     assert syncs(agent) == 1
-    wait_for(lambda: not all_adjusted(rt, pods), 30, "Synchronize to correct the running containers")
+    wait_until_sync(
+        lambda: not all_adjusted(rt, pods), 30, POLL, "Synchronize to correct the running containers"
+    )
 
 
 def test_containerd_restarted_under_a_running_agent(rt: Stack) -> None:
@@ -55,7 +60,9 @@ def test_containerd_restarted_under_a_running_agent(rt: Stack) -> None:
     reconnects = agent.metric("koordqos_nri_reconnects_total")
 
     assert rt.containerd.stop() == 0
-    wait_for(lambda: agent.readyz().get("nri_connected") is False, 30, "the agent to notice containerd left")
+    wait_until_sync(
+        lambda: agent.readyz().get("nri_connected") is False, 30, POLL, "the agent to notice containerd left"
+    )
     rt.containerd.start(rt.cri)  # same root and state: the running containers are still there
     # a pod created right away may race the agent's reconnect: created plain, then fixed by Synchronize
     after = be_pod("after")
@@ -64,7 +71,9 @@ def test_containerd_restarted_under_a_running_agent(rt: Stack) -> None:
     agent.wait_connected()
     assert agent.metric("koordqos_nri_reconnects_total") >= reconnects + 1
     assert syncs(agent) >= 2
-    wait_for(lambda: not all_adjusted(rt, [before, after]), 30, "every container adjusted after the restart")
+    wait_until_sync(
+        lambda: not all_adjusted(rt, [before, after]), 30, POLL, "every container adjusted after the restart"
+    )
     assert rt.cri.inspect(before.containers["main"])["status"]["state"] == "CONTAINER_RUNNING"
 
 
@@ -84,8 +93,11 @@ def test_agent_restarted_under_a_running_containerd(rt: Stack) -> None:
     second = rt.agent(*NO_RECONCILE)
     second.start()
     second.wait_connected()
-    wait_for(
-        lambda: not all_adjusted(rt, [old, gap]), 30, "the restarted agent to correct the gap's container"
+    wait_until_sync(
+        lambda: not all_adjusted(rt, [old, gap]),
+        30,
+        POLL,
+        "the restarted agent to correct the gap's container",
     )
     new = be_pod("new")
     rt.cri.run_pod(new)

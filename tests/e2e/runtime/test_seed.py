@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from harness import BE_RESOURCES, SLEEP, PodSpec, Stack, wait_for
+
+from koordqos.testing.poll import wait_until_sync
+
+from .harness import BE_RESOURCES, POLL, SLEEP, PodSpec, Stack
 
 pytestmark = pytest.mark.e2e_runtime
 MI = 1 << 20
@@ -65,8 +68,11 @@ def test_be_pod_gets_batch_limits_in_real_cgroups(rt: Stack) -> None:
     assert str(pid) in rt.tree.read("cpu", ctr_dir, "cgroup.procs").split()  # it is the live container's
 
     # the pod cgroup: written by the agent at RunPodSandbox (and kept by the reconciler)
-    wait_for(
-        lambda: batch_values(rt, pod.cgroup_dir) == (200000, 1536, 256 * MI), 20, "pod-level batch limits"
+    wait_until_sync(
+        lambda: batch_values(rt, pod.cgroup_dir) == (200000, 1536, 256 * MI),
+        20,
+        POLL,
+        "pod-level batch limits",
     )
 
     # the agent saw it all through NRI
@@ -87,9 +93,9 @@ def test_without_koordqos_the_same_pod_gets_plain_values(rt: Stack) -> None:
 def test_cluster_mode_be_pod_from_the_api_gets_batch_limits(rt: Stack) -> None:
     """Cluster mode: the pod object (batch resources in its spec, no annotation) comes from the fake API
     server; the sandbox and container come from crictl; the same cgroup values must follow."""
-    from harness import ThreadedAPIServer
-
     from koordqos.testing.fake_apiserver import make_node, make_pod
+
+    from .harness import ThreadedAPIServer
 
     pod = PodSpec("cluster-seed", "besteffort", labels={"koordinator.sh/qosClass": "BE"})
     raw = make_pod(
@@ -107,12 +113,17 @@ def test_cluster_mode_be_pod_from_the_api_gets_batch_limits(rt: Stack) -> None:
         agent = rt.agent("--kubeconfig", str(api.kubeconfig(rt.workdir / "kubeconfig")))
         agent.start()
         agent.wait_connected()
-        wait_for(lambda: agent.readyz().get("ready") is True, 60, "the agent to sync pods, Node and NodeSLO")
+        wait_until_sync(
+            lambda: agent.readyz().get("ready") is True, 60, POLL, "the agent to sync pods, Node and NodeSLO"
+        )
         assert agent.readyz()["mode"] == "cluster"
         rt.cri.run_pod(pod)
         rt.cri.run_container(pod, "main", SLEEP, **BE_RESOURCES)
         assert batch_values(rt, pod.container_dir("main")) == (200000, 1536, 256 * MI)
-        wait_for(
-            lambda: batch_values(rt, pod.cgroup_dir) == (200000, 1536, 256 * MI), 20, "pod-level batch limits"
+        wait_until_sync(
+            lambda: batch_values(rt, pod.cgroup_dir) == (200000, 1536, 256 * MI),
+            20,
+            POLL,
+            "pod-level batch limits",
         )
         agent.stop()
