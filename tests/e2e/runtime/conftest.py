@@ -12,16 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from .harness import (
-    REQUIRED_ENV,
-    RUN_ENV,
-    Stack,
-    Toolchain,
-    Unavailable,
-    build_toolchain,
-    missing_prerequisite,
-)
-from .harness import stack as make_stack
+from .prereq import REQUIRED_ENV, RUN_ENV, Toolchain, Unavailable, build_toolchain, missing_prerequisite
+from .stack import Stack
+from .stack import stack as make_stack
 
 _built: Toolchain | Unavailable | None = None
 

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from .harness import CgroupTree, Containerd, Stack, Toolchain, doc_nri_section
+from .cgview import CgroupTree
+from .containerd import Containerd, doc_nri_section
+from .prereq import Toolchain
+from .stack import Stack
 
 PATH_KEYS = {"socket_path", "plugin_path", "plugin_config_path"}
 

@@ -15,7 +15,9 @@ import pytest
 
 from koordqos.testing.poll import wait_until_sync
 
-from .harness import BE_RESOURCES, BURN, POLL, Stack
+from .cri import BE_RESOURCES, BURN
+from .prereq import POLL
+from .stack import Stack
 from .test_seed import be_pod
 
 pytestmark = pytest.mark.e2e_runtime

@@ -11,7 +11,10 @@ import pytest
 
 from koordqos.testing.poll import wait_until_sync
 
-from .harness import BE_RESOURCES, POLL, SLEEP, Agent, PodSpec, Stack
+from .agentproc import Agent
+from .cri import BE_RESOURCES, SLEEP, PodSpec
+from .prereq import POLL
+from .stack import Stack
 from .test_seed import MI, UNLIMITED, batch_values, be_pod
 
 pytestmark = pytest.mark.e2e_runtime

@@ -15,7 +15,9 @@ import pytest
 
 from koordqos.testing.poll import wait_until_sync
 
-from .harness import BE_RESOURCES, POLL, SLEEP, PodSpec, Stack
+from .cri import BE_RESOURCES, SLEEP, PodSpec
+from .prereq import POLL
+from .stack import Stack
 
 pytestmark = pytest.mark.e2e_runtime
 MI = 1 << 20
@@ -95,7 +97,7 @@ def test_cluster_mode_be_pod_from_the_api_gets_batch_limits(rt: Stack) -> None:
     server; the sandbox and container come from crictl; the same cgroup values must follow."""
     from koordqos.testing.fake_apiserver import make_node, make_pod
 
-    from .harness import ThreadedAPIServer
+    from .agentproc import ThreadedAPIServer
 
     pod = PodSpec("cluster-seed", "besteffort", labels={"koordinator.sh/qosClass": "BE"})
     raw = make_pod(
