@@ -27,6 +27,7 @@ from koordqos.report.policy import CollectPolicy
 from koordqos.report.stats import STATISTICS, in_cold_start, mean, window_statistics
 
 Json = dict[str, Any]
+_EPSILON = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +66,12 @@ def resource_map(cpu_cores: float | None, memory_bytes: float | None) -> Json:
     """A `ResourceMap`: `{"resources": {"cpu", "memory"}}`, `{}` unless both values exist."""
     if cpu_cores is None or memory_bytes is None:
         return {}
+    # truncated to whole millicores / bytes, as koordlet; the epsilon keeps float noise of a mean
+    # (1199.9999999) from losing a unit
     return {
         "resources": {
-            "cpu": cpu_quantity(int(cpu_cores * 1000)),  # truncated to whole millicores, as koordlet
-            "memory": memory_quantity(int(memory_bytes)),
+            "cpu": cpu_quantity(int(cpu_cores * 1000 + _EPSILON)),
+            "memory": memory_quantity(int(memory_bytes + _EPSILON)),
         }
     }
 
