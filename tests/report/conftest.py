@@ -32,12 +32,19 @@ def snapshot(
 ) -> MetricSnapshot:
     """One round: node CPU cores / memory bytes, pods uid → (cores, anon bytes), apps name → (cores, bytes)."""
     pod_samples = {
-        uid: PodSample(uid, cpu, None if mem is None else mem + pod_file_pages, (), mem,
-                       None if mem is None else mem + pod_file_pages)
+        uid: PodSample(
+            uid,
+            cpu,
+            None if mem is None else mem + pod_file_pages,
+            (),
+            mem,
+            None if mem is None else mem + pod_file_pages,
+        )
         for uid, (cpu, mem) in (pods or {}).items()
     }
     app_samples = {
-        name: HostAppSample(name, f"host/{name}", cpu, mem, mem, mem) for name, (cpu, mem) in (apps or {}).items()
+        name: HostAppSample(name, f"host/{name}", cpu, mem, mem, mem)
+        for name, (cpu, mem) in (apps or {}).items()
     }
     return MetricSnapshot(
         at=0.0,

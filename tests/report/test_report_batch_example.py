@@ -98,7 +98,10 @@ def test_policy_variants(strategy: BatchStrategy, cpu: int, memory: int) -> None
 
 def test_lse_pod_counts_its_cpu_request() -> None:
     status = worked_status()
-    pods = [p if p.name != "db-0" else ManagedPod("default", "db-0", "koord-prod", "LSE", p.request) for p in MANAGER_PODS]
+    pods = [
+        p if p.name != "db-0" else ManagedPod("default", "db-0", "koord-prod", "LSE", p.request)
+        for p in MANAGER_PODS
+    ]
     result = calculate(NODE, pods, status)
     assert result.detail["hpUsed"]["cpu"] == 4800 - 1800 + 2000
 

@@ -49,7 +49,8 @@ def test_decimal_quantity_for_batch_cpu() -> None:
 
 
 @pytest.mark.parametrize(
-    ("seconds", "text"), [(300, "5m0s"), (600, "10m0s"), (1800, "30m0s"), (3600, "1h0m0s"), (90, "1m30s"), (30, "30s")]
+    ("seconds", "text"),
+    [(300, "5m0s"), (600, "10m0s"), (1800, "30m0s"), (3600, "1h0m0s"), (90, "1m30s"), (30, "30s")],
 )
 def test_go_duration_round_trip(seconds: int, text: str) -> None:
     assert go_duration(seconds) == text

@@ -101,7 +101,13 @@ def test_percentiles_follow_the_index_rule() -> None:
     for i in range(300):  # node CPU 1, 2, …, 300 cores/1000 (millicores 1..300)
         clock.t += 1.0
         h.ingest(snapshot((i + 1) / 1000, GiB))
-    status = build_status(h, parse_collect_policy({"metricCollectPolicy": {"nodeAggregatePolicy": {"durations": ["5m"]}}}), [], [], WALL)
+    status = build_status(
+        h,
+        parse_collect_policy({"metricCollectPolicy": {"nodeAggregatePolicy": {"durations": ["5m"]}}}),
+        [],
+        [],
+        WALL,
+    )
     assert isinstance(status, dict)
     usage = status["nodeMetric"]["aggregatedNodeUsages"][0]["usage"]
     # window [now − 300, now] holds all 300 samples; p95 index floor(285) − 1 = 284 → 285 m
@@ -157,14 +163,18 @@ def test_same_report_ignores_update_time() -> None:
 
 
 def test_policy_merge_and_lower_bounds() -> None:
-    p = parse_collect_policy({"metricCollectPolicy": {"aggregateDurationSeconds": 10, "reportIntervalSeconds": 5}})
+    p = parse_collect_policy(
+        {"metricCollectPolicy": {"aggregateDurationSeconds": 10, "reportIntervalSeconds": 5}}
+    )
     assert (p.aggregate_seconds, p.report_interval_seconds) == (60, 30)
     assert p.durations == (300.0, 600.0, 1800.0)
     assert parse_collect_policy(None) == CollectPolicy()
     q = parse_collect_policy({"metricCollectPolicy": {"nodeAggregatePolicy": {"durations": ["1h0m0s"]}}})
     assert q.durations == (3600.0,)
     assert q.node_retention == 3660.0
-    bad = parse_collect_policy({"metricCollectPolicy": {"reportIntervalSeconds": "x", "nodeMemoryCollectPolicy": "odd"}})
+    bad = parse_collect_policy(
+        {"metricCollectPolicy": {"reportIntervalSeconds": "x", "nodeMemoryCollectPolicy": "odd"}}
+    )
     assert bad.report_interval_seconds == 60
     assert not bad.with_page_cache
     assert len(bad.problems) == 2
