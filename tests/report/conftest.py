@@ -30,7 +30,7 @@ def snapshot(
     node_mem_with_cache: int | None = None,
     pod_file_pages: int = 0,
 ) -> MetricSnapshot:
-    """One round: node CPU cores / memory bytes, pods uid → (cores, anon bytes), apps name → (cores, bytes)."""
+    """One round: node cores / bytes, pods uid → (cores, anon bytes), apps name → (cores, bytes)."""
     pod_samples = {
         uid: PodSample(
             uid,

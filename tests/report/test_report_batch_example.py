@@ -18,7 +18,7 @@ from koordqos.report.history import ReportHistory
 from koordqos.report.nodemetric import PodMeta, build_status
 from koordqos.report.policy import CollectPolicy
 
-from .conftest import GiB, FakeClock, feed, snapshot
+from .conftest import FakeClock, GiB, feed, snapshot
 
 WALL = 1796149800.0
 NODE = NodeCapacity(

@@ -80,7 +80,7 @@ def test_percentile_index_rule_is_koordlets() -> None:
     assert koord_percentile(values, 0.90) == 9.0  # index 8
     assert koord_percentile(values, 0.99) == 9.0
     assert koord_percentile([7.0], 0.5) == 7.0  # index max(0, -1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no samples"):
         koord_percentile([], 0.5)
 
 

@@ -9,7 +9,8 @@ from koordqos.report.history import (
     ReportHistory,
     Series,
 )
-from .conftest import GiB, FakeClock, feed, snapshot
+
+from .conftest import FakeClock, GiB, feed, snapshot
 
 
 def test_series_ring_keeps_the_newest_points() -> None:

@@ -9,7 +9,7 @@ from koordqos.report.history import ReportHistory
 from koordqos.report.nodemetric import AppMeta, PodMeta, StatusSkipped, build_status, same_report
 from koordqos.report.policy import CollectPolicy, parse_collect_policy
 
-from .conftest import GiB, FakeClock, feed, snapshot
+from .conftest import FakeClock, GiB, feed, snapshot
 
 WALL = 1796149800.0
 PODS = [
@@ -157,7 +157,8 @@ def test_same_report_ignores_update_time() -> None:
     h, _ = _history(400)
     a = build_status(h, CollectPolicy(), PODS, [], WALL)
     b = build_status(h, CollectPolicy(), PODS, [], WALL + 60)
-    assert isinstance(a, dict) and isinstance(b, dict)
+    assert isinstance(a, dict)
+    assert isinstance(b, dict)
     assert a["updateTime"] != b["updateTime"]
     assert same_report(a, b)
 

@@ -169,7 +169,8 @@ def test_terminal_and_invalid_pods_are_ignored(tmp_path: Path) -> None:
     pods = (pod("done", "LSE", "1-3", phase="Succeeded"), bad)
     want = desired(inputs(tmp_path, pods))
     assert [p.cpuset for p in want.pools.ls] == ["1-3", "4-7"]  # only reserved CPU 0 is out
-    assert want.problems and "default/bad" in want.problems[0]
+    assert want.problems
+    assert "default/bad" in want.problems[0]
 
 
 def test_static_kubelet_pins_come_out_of_both_pools(tmp_path: Path) -> None:
@@ -235,7 +236,8 @@ def test_kubelet_sources() -> None:
     assert (cfg.policy, cfg.reserved_cpus, cfg.topology_policy) == ("static", "0-1", "SingleNUMANodePodLevel")
     assert dict(cfg.options) == {"full-pcpus-only": "true"}
     cp = from_checkpoint(parse_checkpoint('{"policyName":"none","defaultCpuSet":"","checksum":1}'))
-    assert cp is not None and cp.policy == "none"
+    assert cp is not None
+    assert cp.policy == "none"
     assert from_checkpoint(parse_checkpoint("{}")) is None
     with pytest.raises(ModelError):
         parse_checkpoint("not json")
