@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from koordqos.kube.report import same_report
 from koordqos.model.quantity import to_int, to_milli
 from koordqos.report.history import ReportHistory
-from koordqos.report.nodemetric import AppMeta, PodMeta, StatusSkipped, build_status, same_report
+from koordqos.report.nodemetric import AppMeta, PodMeta, StatusSkipped, build_status
 from koordqos.report.policy import CollectPolicy, parse_collect_policy
 
 from .conftest import FakeClock, GiB, feed, snapshot

@@ -164,12 +164,3 @@ def build_status(
     if app_entries:
         status["hostApplicationMetric"] = app_entries
     return status
-
-
-def same_report(a: Json | None, b: Json | None) -> bool:
-    """Two statuses carry the same data (`updateTime` aside)."""
-    if a is None or b is None:
-        return a is b
-    return {k: v for k, v in a.items() if k != "updateTime"} == {
-        k: v for k, v in b.items() if k != "updateTime"
-    }

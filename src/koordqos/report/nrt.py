@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -315,3 +315,17 @@ def changed(current: Mapping[str, Any], want: NRTDesired) -> bool:
     if len(zones) != len(want.zones):
         return True
     return sorted(map(_zone_key, zones)) != sorted(map(_zone_key, want.zones))
+
+
+def modifier(
+    want: NRTDesired, node_name: str, node_uid: str
+) -> Callable[[Mapping[str, Any] | None], Json | None]:
+    """The read-modify-write step for the NRT writer: the skeleton with our parts when absent, the overlay
+    when the object differs semantically, None when it is current."""
+
+    def modify(current: Mapping[str, Any] | None) -> Json | None:
+        if current is None:
+            return overlay(skeleton(node_name, node_uid), want)
+        return overlay(current, want) if changed(current, want) else None
+
+    return modify
