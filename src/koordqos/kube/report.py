@@ -109,7 +109,8 @@ class TokenBucket:
 
 def _backoff(attempt: int) -> float:
     """client-go `retry.DefaultBackoff`: 10 ms × 5^k, jitter 0.1."""
-    return 0.01 * (5**attempt) * (1 + random.random() * 0.1)
+    base: float = 0.01 * 5.0**attempt
+    return base * (1 + random.random() * 0.1)
 
 
 class NodeMetricWriter:
