@@ -102,7 +102,7 @@ def test_pod_dirs(driver: CgroupDriver, qos: KubeQoS, expected: str) -> None:
         (CgroupDriver.SYSTEMD, "docker://abc123", "docker-abc123.scope"),
         (CgroupDriver.SYSTEMD, "pouch://abc123", "pouch-abc123.scope"),
         (CgroupDriver.CGROUPFS, "containerd://abc123", "abc123"),
-        (CgroupDriver.CGROUPFS, "cri-o://abc123", "abc123"),
+        (CgroupDriver.CGROUPFS, "cri-o://abc123", "crio-abc123"),
         (CgroupDriver.CGROUPFS, "docker://abc123", "abc123"),
     ],
 )

@@ -10,7 +10,7 @@ from koordqos import observability as obs
 from koordqos.decisions import DecisionLog
 from koordqos.kube import KubeConnection
 from koordqos.kube.events import EventRecorder
-from koordqos.kube.evictor import EvictedCache, Evictor, TokenBucket
+from koordqos.kube.evictor import EvictedCache, EvictionBackoff, Evictor, TokenBucket
 from koordqos.model.pod import PodInfo, parse_pod
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_pod
 
@@ -18,6 +18,14 @@ from .conftest import NODE
 
 REASON = "evicted"
 MESSAGE = "trigger by koordlet feature BEMemoryEvict, kill pod: p1"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def seeded_pod(fake: FakeAPIServer, name: str = "p1") -> PodInfo:
@@ -93,7 +101,8 @@ async def test_concurrent_evictions_of_one_pod_call_the_api_once(
 async def test_concurrent_callers_see_a_failure_and_retry_later(
     fake: FakeAPIServer, conn: KubeConnection
 ) -> None:
-    ev = api_evictor(fake, conn, DecisionLog())
+    clock = FakeClock()
+    ev = api_evictor(fake, conn, DecisionLog(), clock=clock)
     pod = seeded_pod(fake)
     fake.block_eviction("default", "p1")
     results = await asyncio.gather(
@@ -102,12 +111,14 @@ async def test_concurrent_callers_see_a_failure_and_retry_later(
     assert results == [False, False]
     assert len(fake.evictions) == 1
     fake.block_eviction("default", "p1", blocked=False)
+    clock.now += 1.0  # past the pod's back-off
     assert await ev.evict(pod, REASON, MESSAGE, "MemoryEvict") is True
 
 
 async def test_pdb_429_is_a_failure_and_is_retried_later(fake: FakeAPIServer, conn: KubeConnection) -> None:
     decisions = DecisionLog()
-    ev = api_evictor(fake, conn, decisions)
+    clock = FakeClock()
+    ev = api_evictor(fake, conn, decisions, clock=clock)
     pod = seeded_pod(fake)
     fake.block_eviction("default", "p1")
     assert await ev.evict(pod, REASON, MESSAGE, "CPUEvict") is False
@@ -119,9 +130,11 @@ async def test_pdb_429_is_a_failure_and_is_retried_later(fake: FakeAPIServer, co
     )
     assert "disruption budget" in fake.events[-1]["message"]
     assert decisions.recent()[-1].action == "evict-failed"
-    # the next round tries again (nothing cached), and succeeds once the budget allows it
+    # a round after the back-off tries again (nothing cached), and succeeds once the budget allows it
+    clock.now += 1.0
     assert await ev.evict(pod, REASON, MESSAGE, "CPUEvict") is False
     fake.block_eviction("default", "p1", blocked=False)
+    clock.now += 2.0
     assert await ev.evict(pod, REASON, MESSAGE, "CPUEvict") is True
     assert [e["status"] for e in fake.evictions] == [429, 429, 201]
 
@@ -208,3 +221,56 @@ async def test_rate_limit_waits_for_tokens() -> None:
     await bucket.acquire()
     await bucket.acquire()
     assert slept == [pytest.approx(0.5), pytest.approx(0.5)]
+
+
+async def test_pdb_blocked_pods_are_backed_off_not_hammered(
+    fake: FakeAPIServer, conn: KubeConnection
+) -> None:
+    """5 PDB-blocked pods asked every second for 40 s: a few POSTs and Events each, not 40; then once each."""
+    clock = FakeClock()
+    ev = api_evictor(fake, conn, DecisionLog(), clock=clock)
+    pods = [seeded_pod(fake, f"p{i}") for i in range(5)]
+    for p in pods:
+        fake.block_eviction("default", p.name)
+    for _ in range(40):
+        for p in pods:
+            assert await ev.evict(p, REASON, MESSAGE, "CPUEvict") is False
+        clock.now += 1.0
+    posts = {p.name: sum(1 for e in fake.evictions if e["name"] == p.name) for p in pods}
+    # attempts at t = 0, 1, 3, 7, 15, 31 (1 s doubling): 6 each, where one per second would be 40
+    assert posts == {p.name: 6 for p in pods}
+    fails = [e for e in fake.events if e["reason"] == "evictPodFail"]
+    assert len(fails) == 5 * 6  # one Event per back-off step
+    for p in pods:
+        fake.block_eviction("default", p.name, blocked=False)
+    clock.now += 60.0
+    for _ in range(3):
+        for p in pods:
+            assert await ev.evict(p, REASON, MESSAGE, "CPUEvict") is True
+    assert sum(1 for e in fake.evictions if e["status"] == 201) == 5  # each evicted exactly once
+
+
+async def test_a_changed_pod_starts_its_back_off_afresh(fake: FakeAPIServer, conn: KubeConnection) -> None:
+    clock = FakeClock()
+    ev = api_evictor(fake, conn, DecisionLog(), clock=clock)
+    pod = seeded_pod(fake)
+    fake.block_eviction("default", "p1")
+    assert await ev.evict(pod, REASON, MESSAGE, "CPUEvict") is False
+    assert await ev.evict(pod, REASON, MESSAGE, "CPUEvict") is False  # backed off: no call
+    assert len(fake.evictions) == 1
+    changed = pod.model_copy(update={"resource_version": pod.resource_version + "1"})
+    fake.block_eviction("default", "p1", blocked=False)
+    assert await ev.evict(changed, REASON, MESSAGE, "CPUEvict") is True
+    assert [e["status"] for e in fake.evictions] == [429, 201]
+
+
+def test_back_off_doubles_up_to_the_cap() -> None:
+    clock = FakeClock()
+    bo = EvictionBackoff(base=1.0, cap=8.0, clock=clock)
+    pod = PodInfo(uid="u", namespace="n", name="p", resource_version="7")
+    assert [bo.failed(pod) for _ in range(6)] == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    assert bo.waiting(pod)
+    clock.now += 8.0
+    assert not bo.waiting(pod)
+    bo.succeeded(pod)
+    assert bo.failed(pod) == 1.0
