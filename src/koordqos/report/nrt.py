@@ -17,8 +17,10 @@ from koordqos.errors import ModelError
 from koordqos.metrics.hardware import NodeHardware, NumaMemory
 from koordqos.metrics.topology import CpuTopology
 from koordqos.model.cpuset import format_cpuset
+from koordqos.model.keys import ANNOTATION_RESOURCE_STATUS
 from koordqos.model.node import NodeInfo
-from koordqos.model.pod import ANNOTATION_RESOURCE_STATUS, PodInfo, QoSClass
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import QoSClass
 from koordqos.model.quantity import resource_value
 from koordqos.report.format import cpu_quantity, decimal_quantity, memory_quantity
 from koordqos.report.kubelet import CheckpointState, KubeletCPUManager, policy_annotation

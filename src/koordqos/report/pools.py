@@ -15,8 +15,10 @@ from typing import Any
 from koordqos.errors import ModelError
 from koordqos.metrics.topology import CpuTopology
 from koordqos.model.cpuset import format_cpuset, parse_cpuset
+from koordqos.model.keys import ANNOTATION_RESOURCE_STATUS
 from koordqos.model.node import ANNOTATION_NODE_RESERVATION, ANNOTATION_SYSTEM_QOS_RESOURCE, NodeInfo
-from koordqos.model.pod import ANNOTATION_RESOURCE_STATUS, PodInfo, QoSClass
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import QoSClass
 from koordqos.model.quantity import to_milli
 
 
