@@ -30,6 +30,10 @@ def test_series_stride_stores_means() -> None:
     for i in range(9):
         s.append(float(i), float(i))
     assert s.window(0.0, 100.0)[0] == [1.0, 4.0, 7.0]
+    s.append(9.0, 9.0)  # a partial group is visible as its mean so far
+    s.append(10.0, 11.0)
+    assert s.window(0.0, 100.0) == ([1.0, 4.0, 7.0, 10.0], 2.0, 10.0)
+    assert s.latest() == (10.0, 10.0)
 
 
 def test_resize_keeps_newest() -> None:

@@ -64,6 +64,7 @@ NRT_PATH = "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies"
 Outcome = Literal["written", "unchanged", "skipped", "missing", "limited", "failed"]
 Sleep = Callable[[float], Awaitable[None]]
 #: read-modify-write step: the object in the cluster (None: absent) → the object to write (None: no change)
+ClientSource = KubeClient | Callable[[], Awaitable[KubeClient]]
 Modify = Callable[[Mapping[str, Any] | None], dict[str, Any] | None]
 
 
@@ -107,6 +108,18 @@ class TokenBucket:
         return True
 
 
+class _Client:
+    """A KubeClient given directly or obtained lazily (the agent's shared connection)."""
+
+    def __init__(self, source: ClientSource) -> None:
+        self._source = source
+
+    async def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        src = self._source
+        client = src if isinstance(src, KubeClient) else await src()
+        return await client.request(method, path, **kw)
+
+
 def _backoff(attempt: int) -> float:
     """client-go `retry.DefaultBackoff`: 10 ms × 5^k, jitter 0.1."""
     base: float = 0.01 * 5.0**attempt
@@ -120,7 +133,7 @@ class NodeMetricWriter:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: ClientSource,
         node_name: str,
         *,
         min_write_interval: float = 10.0,
@@ -130,7 +143,7 @@ class NodeMetricWriter:
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
-        self.client = client
+        self.client = _Client(client)
         self.path = NODEMETRIC_PATH + node_name
         self.min_write_interval = min_write_interval
         self.attempts = attempts
@@ -227,9 +240,9 @@ class NRTWriter:
     kind = "NodeResourceTopology"
 
     def __init__(
-        self, client: KubeClient, node_name: str, *, attempts: int = 5, sleep: Sleep = asyncio.sleep
+        self, client: ClientSource, node_name: str, *, attempts: int = 5, sleep: Sleep = asyncio.sleep
     ) -> None:
-        self.client = client
+        self.client = _Client(client)
         self.node_name = node_name
         self.path = f"{NRT_PATH}/{node_name}"
         self.attempts = attempts
@@ -291,8 +304,8 @@ class NodeBatchPatcher:
 
     kind = "Node"
 
-    def __init__(self, client: KubeClient, node_name: str) -> None:
-        self.client = client
+    def __init__(self, client: ClientSource, node_name: str) -> None:
+        self.client = _Client(client)
         self.path = f"/api/v1/nodes/{node_name}/status"
 
     async def patch(self, resources: Mapping[str, str | None]) -> WriteOutcome:

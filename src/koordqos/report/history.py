@@ -31,7 +31,7 @@ DEFAULT_MAX_POINTS = 4096
 class Series:
     """A ring of (time, value) points, oldest overwritten first; optional averaging of `stride` samples."""
 
-    __slots__ = ("_acc", "_acc_n", "_head", "_n", "_t", "_v", "cap", "stride")
+    __slots__ = ("_acc", "_acc_n", "_acc_t", "_head", "_n", "_t", "_v", "cap", "stride")
 
     def __init__(self, cap: int, stride: int = 1) -> None:
         self.cap = max(int(cap), 1)
@@ -42,6 +42,7 @@ class Series:
         self._n = 0
         self._acc = 0.0
         self._acc_n = 0
+        self._acc_t = 0.0
 
     def __len__(self) -> int:
         return self._n
@@ -51,6 +52,7 @@ class Series:
         if self.stride > 1:
             self._acc += value
             self._acc_n += 1
+            self._acc_t = t
             if self._acc_n < self.stride:
                 return
             value = self._acc / self._acc_n
@@ -77,6 +79,9 @@ class Series:
         """Values with `start <= t <= end` (oldest first) and the times of the first and last of them."""
         out: list[float] = []
         first = last = None
+        if self._acc_n and start <= self._acc_t <= end:  # the partial group counts as its mean so far
+            out.append(self._acc / self._acc_n)
+            first = last = self._acc_t
         t, v = self._t, self._v
         for i in self._newest_first():
             ti = t[i]
@@ -91,7 +96,9 @@ class Series:
         return out, first, last
 
     def latest(self) -> tuple[float, float] | None:
-        """The newest (time, value), None when empty."""
+        """The newest (time, value), None when empty (a partial stride group counts as its mean)."""
+        if self._acc_n:
+            return self._acc_t, self._acc / self._acc_n
         if not self._n:
             return None
         i = self._n - 1 if self._n < self.cap else (self._head - 1) % self.cap

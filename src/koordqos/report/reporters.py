@@ -423,6 +423,35 @@ class TopologyReporter:
         }
 
 
+def standalone_values(
+    state: NodeState, status: Json, strategy: BatchStrategy | None = None
+) -> tuple[dict[str, int] | None, str]:
+    """The manager's formula over the agent's own report and pod list: (batch values, "") or (None, why)."""
+    node = state.node
+    if node is None:
+        return None, "Node not known yet"
+    annotation: dict[str, int] = {}
+    res = node.reservation
+    if res is not None:
+        annotation = {r: v for r, v in res.resources.items() if r in ("cpu", "memory")}
+        if res.reserved_cpus:
+            annotation["cpu"] = len(res.reserved_cpus) * 1000
+    capacity = NodeCapacity(node.capacity, node.allocatable, annotation, node.cpu_normalization_ratio)
+    pods = [
+        ManagedPod(
+            p.namespace,
+            p.name,
+            p.priority_class.value,
+            p.qos.value,
+            {"cpu": p.request("cpu"), "memory": p.request("memory")},
+        )
+        for p in state.pods.values()
+        if p.active
+    ]
+    result = calculate(capacity, pods, status, strategy or BatchStrategy())
+    return {BATCH_CPU: result.batch_cpu, BATCH_MEMORY: result.batch_memory}, ""
+
+
 class BatchCapacityReporter:
     """The "batch-capacity" component (standalone mode only)."""
 
@@ -471,32 +500,10 @@ class BatchCapacityReporter:
     def compute(self, state: NodeState | None = None) -> tuple[dict[str, int] | None, str]:
         """(batch values, "") from the current report, or (None, why not)."""
         state = self.bus.state if state is None else state
-        node = state.node
-        if node is None:
-            return None, "Node not known yet"
         status = self.nodemetric.build(state)
         if isinstance(status, StatusSkipped):
             return None, status.reason
-        annotation: dict[str, int] = {}
-        res = node.reservation
-        if res is not None:
-            annotation = {r: v for r, v in res.resources.items() if r in ("cpu", "memory")}
-            if res.reserved_cpus:
-                annotation["cpu"] = len(res.reserved_cpus) * 1000
-        capacity = NodeCapacity(node.capacity, node.allocatable, annotation, node.cpu_normalization_ratio)
-        pods = [
-            ManagedPod(
-                p.namespace,
-                p.name,
-                p.priority_class.value,
-                p.qos.value,
-                {"cpu": p.request("cpu"), "memory": p.request("memory")},
-            )
-            for p in state.pods.values()
-            if p.active
-        ]
-        result = calculate(capacity, pods, status, self.strategy)
-        return {BATCH_CPU: result.batch_cpu, BATCH_MEMORY: result.batch_memory}, ""
+        return standalone_values(state, status, self.strategy)
 
     async def round(self) -> ReportRecord:
         now_text = rfc3339(self.wall())
