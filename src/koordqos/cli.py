@@ -89,12 +89,13 @@ def report_once(args: argparse.Namespace) -> int:
     """`report --once`: collect a few rounds and print both planned objects as JSON; writes nothing."""
     import json
 
+    from koordqos.agent import cluster_mode_available
     from koordqos.logging import configure_logging
     from koordqos.report.once import report_once as plan
 
     cfg = load_config(args)
     configure_logging("console" if cfg.log.format == "auto" else cfg.log.format, "warning")
-    doc = asyncio.run(plan(cfg, rounds=args.rounds))
+    doc = asyncio.run(plan(cfg, cluster_mode_available(cfg), rounds=args.rounds))
     print(json.dumps(doc, indent=2, sort_keys=False))
     return 0
 

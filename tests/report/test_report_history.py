@@ -42,6 +42,9 @@ def test_resize_keeps_newest() -> None:
         s.append(float(i), float(i))
     r = s.resized(4, 1)
     assert r.window(0, 100)[0] == [6.0, 7.0, 8.0, 9.0]
+    strided = Series(10, stride=3)
+    strided.append(1.0, 3.0)  # a partial group only
+    assert strided.resized(10, 1).window(0, 100)[0] == [3.0]
 
 
 def test_memory_is_bounded_by_retention_not_by_uptime() -> None:

@@ -107,7 +107,10 @@ class Series:
     def resized(self, cap: int, stride: int) -> Series:
         """A copy with another capacity/stride holding the newest points that fit."""
         out = Series(cap, stride)
-        points = [(self._t[i], self._v[i]) for i in self._newest_first()][: out.cap]
+        points = [(self._t[i], self._v[i]) for i in self._newest_first()]
+        if self._acc_n:  # the partial group becomes a point of its own
+            points.insert(0, (self._acc_t, self._acc / self._acc_n))
+        points = points[: out.cap]
         for t, v in reversed(points):
             out._t.append(t)
             out._v.append(v)

@@ -4,7 +4,6 @@ would write (and the standalone batch values), as JSON. Writes nothing: no API w
 from __future__ import annotations
 
 import asyncio
-import os
 from types import MappingProxyType
 from typing import Any
 
@@ -61,13 +60,11 @@ async def _cluster_state(client: KubeClient, node: str) -> tuple[NodeState, Json
     return state, nodemetric, nrt
 
 
-async def report_once(cfg: AgentConfig, rounds: int = 3) -> Json:
-    """Collect `rounds` metric rounds one collect interval apart, then plan both reports."""
+async def report_once(cfg: AgentConfig, cluster: bool, rounds: int = 3) -> Json:
+    """Collect `rounds` metric rounds one collect interval apart, then plan both reports (cluster mode:
+    with the node's pods, Node, NodeSLO, NodeMetric spec and NRT read from the API server)."""
     paths = cfg.paths
     node_name = cfg.node_name
-    cluster = bool(
-        cfg.kube.kubeconfig or os.environ.get("KUBECONFIG") or os.environ.get("KUBERNETES_SERVICE_HOST")
-    )
     client: KubeClient | None = None
     state = NodeState()
     nodemetric: Json | None = None
