@@ -171,7 +171,7 @@ def test_default_host_mounts(default_render: Rendered) -> None:
         "/host/proc": (False, "/proc"),
         "/host/sys": (True, "/sys"),
         "/var/run/nri": (True, "/var/run/nri"),
-        # the kubelet's cpu_manager_state checkpoint for the NRT (read-only, the directory: replaced by rename)
+        # the kubelet's cpu_manager_state for the NRT (read-only; the directory: the file is replaced)
         "/host/kubelet": (True, "/var/lib/kubelet"),
     }
     # The NRI socket's directory, not the socket file: a runtime restart recreates the socket.
