@@ -36,8 +36,9 @@ class Series:
     def __init__(self, cap: int, stride: int = 1) -> None:
         self.cap = max(int(cap), 1)
         self.stride = max(int(stride), 1)
-        self._t = array("d")
-        self._v = array("d")
+        # preallocated: memory is the steady state from the first sample (what the budget measures)
+        self._t = array("d", bytes(8 * self.cap))
+        self._v = array("d", bytes(8 * self.cap))
         self._head = 0  # index of the oldest point once the ring is full
         self._n = 0
         self._acc = 0.0
@@ -59,8 +60,8 @@ class Series:
             self._acc = 0.0
             self._acc_n = 0
         if self._n < self.cap:
-            self._t.append(t)
-            self._v.append(value)
+            self._t[self._n] = t
+            self._v[self._n] = value
             self._n += 1
             return
         self._t[self._head] = t
@@ -111,14 +112,14 @@ class Series:
         if self._acc_n:  # the partial group becomes a point of its own
             points.insert(0, (self._acc_t, self._acc / self._acc_n))
         points = points[: out.cap]
-        for t, v in reversed(points):
-            out._t.append(t)
-            out._v.append(v)
-        out._n = len(out._t)
+        for i, (t, v) in enumerate(reversed(points)):
+            out._t[i] = t
+            out._v[i] = v
+        out._n = len(points)
         return out
 
     def nbytes(self) -> int:
-        """Bytes held by the point arrays."""
+        """Bytes held by the point arrays (preallocated to the capacity)."""
         return self._t.itemsize * (len(self._t) + len(self._v))
 
 
