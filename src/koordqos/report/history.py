@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
@@ -76,24 +77,34 @@ class Series:
         for i in range(cap):
             yield (head - 1 - i) % cap
 
+    def _segments(self) -> tuple[tuple[int, int], ...]:
+        """The stored points as (start, end) index ranges, oldest first; each is sorted by time."""
+        if self._n < self.cap:
+            return ((0, self._n),)
+        return ((self._head, self.cap), (0, self._head))
+
     def window(self, start: float, end: float) -> tuple[list[float], float | None, float | None]:
-        """Values with `start <= t <= end` (oldest first) and the times of the first and last of them."""
+        """Values with `start <= t <= end` (oldest first) and the times of the first and last of them.
+
+        Times are sorted within each ring segment, so the bounds are two bisections and the values one
+        C-level slice: a 300-point window of 200 pods costs microseconds, not a Python loop per point."""
         out: list[float] = []
         first = last = None
+        t, v = self._t, self._v
+        for lo, hi in self._segments():
+            if lo >= hi:
+                continue
+            i = bisect_left(t, start, lo, hi)
+            j = bisect_right(t, end, i, hi)
+            if i < j:
+                out.extend(v[i:j].tolist())
+                if first is None:
+                    first = t[i]
+                last = t[j - 1]
         if self._acc_n and start <= self._acc_t <= end:  # the partial group counts as its mean so far
             out.append(self._acc / self._acc_n)
-            first = last = self._acc_t
-        t, v = self._t, self._v
-        for i in self._newest_first():
-            ti = t[i]
-            if ti < start:
-                break
-            if ti <= end:
-                if last is None:
-                    last = ti
-                first = ti
-                out.append(v[i])
-        out.reverse()
+            first = self._acc_t if first is None else first
+            last = self._acc_t
         return out, first, last
 
     def latest(self) -> tuple[float, float] | None:
@@ -139,6 +150,12 @@ NODE_MEMORY_WITH_CACHE = "node_memory_with_cache"  # MemTotal − MemFree
 SYSTEM_CPU = "system_cpu"
 SYSTEM_MEMORY = "system_memory"
 NODE_SERIES = (NODE_CPU, NODE_MEMORY, NODE_MEMORY_WITH_CACHE, SYSTEM_CPU, SYSTEM_MEMORY)
+
+
+def _recent(series: Series, horizon: float) -> float:
+    """The latest value if its time is not before `horizon`, else 0."""
+    point = series.latest()
+    return point[1] if point is not None and point[0] >= horizon else 0.0
 
 
 def _sizing(retention: float, interval: float, max_points: int) -> tuple[int, int]:
@@ -211,49 +228,42 @@ class ReportHistory:
             ns[NODE_MEMORY].append(t, float(node.memory_used))
         if node.memory_used_with_cache is not None:
             ns[NODE_MEMORY_WITH_CACHE].append(t, float(node.memory_used_with_cache))
-        pods = self.pods
-        for uid, pod in snap.pods.items():
-            e = pods.get(uid)
-            if e is None:
-                e = pods[uid] = self._entity()
-            if pod.cpu_usage_cores is not None:
-                e.cpu.append(t, pod.cpu_usage_cores)
-            if pod.memory_anon is not None:
-                e.memory.append(t, float(pod.memory_anon))
-            if pod.memory_with_cache is not None:
-                e.memory_with_cache.append(t, float(pod.memory_with_cache))
-        apps = self.apps
-        for name, app in snap.host_apps.items():
-            e = apps.get(name)
-            if e is None:
-                e = apps[name] = self._entity()
-            if app.cpu_usage_cores is not None:
-                e.cpu.append(t, app.cpu_usage_cores)
-            if app.memory_anon is not None:
-                e.memory.append(t, float(app.memory_anon))
-            if app.memory_with_cache is not None:
-                e.memory_with_cache.append(t, float(app.memory_with_cache))
-        self._system_tick(t, node.cpu_usage_cores, node.memory_used)
-
-    def _system_tick(self, t: float, node_cpu: float | None, node_mem: int | None) -> None:
-        """system = max(node − Σ pods − Σ host apps, 0), from the latest points not older than 10 s;
-        the without-page-cache memory definition always (parity with koordlet)."""
-        if node_cpu is None or node_mem is None:
+        # the round's Σ pods and Σ apps for the system tick are summed while storing (one pass); an entity
+        # without a value this round contributes its latest point if not older than 10 s (koordlet's rule)
+        horizon = t - SYSTEM_STALE_SECONDS
+        sum_cpu = 0.0
+        sum_mem = 0.0
+        for group, samples in ((self.pods, snap.pods), (self.apps, snap.host_apps)):
+            for key, sample in samples.items():
+                e = group.get(key)
+                if e is None:
+                    e = group[key] = self._entity()
+                cpu = sample.cpu_usage_cores
+                if cpu is not None:
+                    e.cpu.append(t, cpu)
+                    sum_cpu += cpu
+                else:
+                    sum_cpu += _recent(e.cpu, horizon)
+                anon = sample.memory_anon
+                if anon is not None:
+                    e.memory.append(t, float(anon))
+                    sum_mem += anon
+                else:
+                    sum_mem += _recent(e.memory, horizon)
+                if sample.memory_with_cache is not None:
+                    e.memory_with_cache.append(t, float(sample.memory_with_cache))
+        for group, samples in ((self.pods, snap.pods), (self.apps, snap.host_apps)):
+            if len(group) != len(samples):  # entities not sampled this round (e.g. a vanished cgroup)
+                for key, e in group.items():
+                    if key not in samples:
+                        sum_cpu += _recent(e.cpu, horizon)
+                        sum_mem += _recent(e.memory, horizon)
+        if node.cpu_usage_cores is None or node.memory_used is None:
             self.system_ticks_skipped += 1
             return
-        horizon = t - SYSTEM_STALE_SECONDS
-        cpu = 0.0
-        mem = 0.0
-        for group in (self.pods, self.apps):
-            for e in group.values():
-                c = e.cpu.latest()
-                if c is not None and c[0] >= horizon:
-                    cpu += c[1]
-                m = e.memory.latest()
-                if m is not None and m[0] >= horizon:
-                    mem += m[1]
-        self.node[SYSTEM_CPU].append(t, max(node_cpu - cpu, 0.0))
-        self.node[SYSTEM_MEMORY].append(t, max(float(node_mem) - mem, 0.0))
+        # system = max(node − Σ pods − Σ host apps, 0) per tick, without-page-cache memory always (§1.5)
+        ns[SYSTEM_CPU].append(t, max(node.cpu_usage_cores - sum_cpu, 0.0))
+        ns[SYSTEM_MEMORY].append(t, max(float(node.memory_used) - sum_mem, 0.0))
 
     def retain_pods(self, uids: Collection[str]) -> list[str]:
         """Forget pods not in `uids` (a pod recreated under the same name is a new uid, §6)."""

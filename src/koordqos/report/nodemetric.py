@@ -7,7 +7,7 @@ PD-1 and PD-4: `prodReclaimableMetric`, `prodPeakMetric` and `numaUsages` are no
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +103,10 @@ def _entity_usage(e: EntitySeries, with_cache: bool, start: float, now: float) -
     return resource_map(cpu, mem)
 
 
+#: pods planned per synchronous slice; the reporter yields to the event loop between slices
+CHUNK = 25
+
+
 def build_status(
     history: ReportHistory,
     policy: CollectPolicy,
@@ -112,6 +116,25 @@ def build_status(
     now: float | None = None,
 ) -> Json | StatusSkipped:
     """The `NodeMetricStatus` for this round; `now` is the history's (monotonic) clock, default its own."""
+    steps = plan_status(history, policy, pods, apps, wall_now, now)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: Json | StatusSkipped = done.value
+            return result
+
+
+def plan_status(
+    history: ReportHistory,
+    policy: CollectPolicy,
+    pods: Iterable[PodMeta],
+    apps: Iterable[AppMeta],
+    wall_now: float,
+    now: float | None = None,
+) -> Generator[None, None, Json | StatusSkipped]:
+    """`build_status` in slices: yields after every CHUNK pods (the caller may give the loop a turn), returns
+    the status. All windows end at the same `now`, so slicing does not change the result."""
     t = history.clock() if now is None else now
     start = t - policy.aggregate_seconds
     node_mem_name = NODE_MEMORY_WITH_CACHE if policy.with_page_cache else NODE_MEMORY
@@ -135,8 +158,11 @@ def build_status(
     if not policy.durations:  # omitempty lists
         del node_metric["aggregatedNodeUsages"], node_metric["aggregatedSystemUsages"]
     status: Json = {"updateTime": rfc3339(wall_now), "nodeMetric": node_metric}
+    yield
     pod_entries: list[Json] = []
-    for meta in sorted(pods, key=lambda p: (p.namespace, p.name)):
+    for i, meta in enumerate(sorted(pods, key=lambda p: (p.namespace, p.name))):
+        if i and i % CHUNK == 0:
+            yield
         series = history.pods.get(meta.uid)
         usage = None if series is None else _entity_usage(series, policy.with_page_cache, start, t)
         if usage is None:

@@ -58,7 +58,7 @@ from koordqos.report.kubelet import (
     from_configz,
     parse_checkpoint,
 )
-from koordqos.report.nodemetric import AppMeta, PodMeta, StatusSkipped, build_status
+from koordqos.report.nodemetric import AppMeta, PodMeta, StatusSkipped, build_status, plan_status
 from koordqos.report.nrt import NRTDesired, NRTInputs, desired, modifier
 from koordqos.report.policy import SCHEDULER_EXPIRY_SECONDS, CollectPolicy, parse_collect_policy
 from koordqos.report.pools import SharePools
@@ -141,13 +141,28 @@ class NodeMetricReporter:
         self.policy = policy
         self.history.configure(policy.node_retention, policy.pod_retention)
 
-    def build(self, state: NodeState | None = None) -> Json | StatusSkipped:
-        """The status this round would write (also `koordqos report --once`)."""
+    def _inputs(self, state: NodeState | None) -> tuple[list[PodMeta], list[AppMeta]]:
         state = self.bus.state if state is None else state
         pods = [PodMeta.of(p) for p in state.pods.values()]
         hosts = state.node_slo.host_applications if state.node_slo is not None else ()
-        apps = [AppMeta(a.name, a.priority, a.qos) for a in hosts]
+        return pods, [AppMeta(a.name, a.priority, a.qos) for a in hosts]
+
+    def build(self, state: NodeState | None = None) -> Json | StatusSkipped:
+        """The status this round would write (also `koordqos report --once`), in one synchronous step."""
+        pods, apps = self._inputs(state)
         return build_status(self.history, self.policy, pods, apps, self.wall())
+
+    async def build_async(self, state: NodeState | None = None) -> Json | StatusSkipped:
+        """Like `build`, giving the event loop a turn between slices of pods (no long loop step)."""
+        pods, apps = self._inputs(state)
+        steps = plan_status(self.history, self.policy, pods, apps, self.wall())
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                result: Json | StatusSkipped = done.value
+                return result
+            await asyncio.sleep(0)
 
     async def refresh_policy(self) -> bool:
         """GET the NodeMetric and apply its spec; False when it does not exist (or cannot be read)."""
@@ -176,7 +191,7 @@ class NodeMetricReporter:
             REPORTS.labels("NodeMetric", "missing").inc()
             self.last = ReportRecord(now, "missing", "NodeMetric not found", self.last_written_at)
             return self.last
-        status = self.build()
+        status = await self.build_async()
         if isinstance(status, StatusSkipped):
             REPORTS.labels("NodeMetric", "skipped").inc()
             self._note("skipped:" + status.reason, "NodeMetric report skipped", reason=status.reason)
@@ -497,10 +512,10 @@ class BatchCapacityReporter:
                 "computes batch resources on this cluster; use --batch-resource-source=manager"
             )
 
-    def compute(self, state: NodeState | None = None) -> tuple[dict[str, int] | None, str]:
+    async def compute(self, state: NodeState | None = None) -> tuple[dict[str, int] | None, str]:
         """(batch values, "") from the current report, or (None, why not)."""
         state = self.bus.state if state is None else state
-        status = self.nodemetric.build(state)
+        status = await self.nodemetric.build_async(state)
         if isinstance(status, StatusSkipped):
             return None, status.reason
         return standalone_values(state, status, self.strategy)
@@ -514,7 +529,7 @@ class BatchCapacityReporter:
             log.error("a NodeMetric appeared: koord-manager owns batch resources now; standalone mode stops")
             self.last = ReportRecord(now_text, "stopped", "NodeMetric exists")
             return self.last
-        values, why = self.compute()
+        values, why = await self.compute()
         now = self.clock()
         if values is None:
             good = self.last_good if self.last_good is not None else self.started_at
