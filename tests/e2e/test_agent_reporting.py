@@ -153,8 +153,8 @@ async def test_agent_reports_known_rates(tmp_path: Path) -> None:
         assert "node.koordinator.sh/cpu-shared-pools" in nrt["metadata"]["annotations"]
         async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/debug/state") as r:
             debug = await r.json()
-        assert debug["report"]["nodeMetric"]["last"]["outcome"] == "written"
-        assert debug["report"]["nodeMetric"]["last"]["writtenAt"] == got["updateTime"]
+        assert debug["status"]["report"]["nodeMetric"]["last"]["outcome"] == "written"
+        assert debug["status"]["report"]["nodeMetric"]["last"]["writtenAt"] == got["updateTime"]
         async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
             metrics = await r.text()
         assert 'koordqos_report_conflicts_total{kind="NodeMetric"} 1.0' in metrics

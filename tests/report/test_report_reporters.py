@@ -174,6 +174,7 @@ async def test_history_fed_from_ticks_and_pods_retained(client: KubeClient) -> N
 
 
 def nrt_reporter(tmp_path: Path, client: KubeClient | None, pools: list[SharePools]) -> TopologyReporter:
+    """A reporter on the §2.9 node; every NRT result handed to local users lands in `pools`."""
     sys_root, proc_root = example_node(tmp_path)
     node = parse_node(
         make_node(NODE, annotations={"node.koordinator.sh/reservation": '{"reservedCPUs":"0"}'})
@@ -188,7 +189,7 @@ def nrt_reporter(tmp_path: Path, client: KubeClient | None, pools: list[SharePoo
         kubelet=KubeletSources(
             explicit=KubeletCPUManager(policy="none", source="config"), kubelet_root=tmp_path
         ),
-        on_pools=pools.append,
+        on_topology=lambda want: pools.append(want.pools),
         clock=FakeClock(),
         wall=lambda: WALL,
     )

@@ -15,7 +15,7 @@ from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.topology import CpuTopology
 from koordqos.report.history import ReportHistory
 from koordqos.report.kubelet import KubeletCPUManager, topology_policy
-from koordqos.report.pools import SharePools
+from koordqos.report.nrt import NRTDesired
 from koordqos.report.reporters import (
     BatchCapacityReporter,
     KubeletSources,
@@ -75,6 +75,10 @@ class Reporters:
             out.append(self.batch)
         return out
 
+    def as_dict(self) -> dict[str, Any]:
+        """The `report` entry of the agent status (/debug/state)."""
+        return self.debug_state()
+
     def debug_state(self) -> dict[str, Any]:
         """The `report` section of /debug/state."""
         return {
@@ -102,7 +106,7 @@ def build_reporters(
     topology: CpuTopology,
     client: ClientSource | None,
     *,
-    on_pools: Callable[[SharePools], None] | None = None,
+    on_topology: Callable[[NRTDesired], None] | None = None,
 ) -> Reporters:
     """The reporters for this configuration; `client` None (local mode) computes without writing."""
     r = cfg.report
@@ -126,7 +130,7 @@ def build_reporters(
         hugepage_report=cfg.gate("HugePageReport"),
         interval=r.node_topology_sync_interval_seconds,
         resync=r.node_topology_resync_seconds,
-        on_pools=on_pools,
+        on_topology=on_topology,
     )
     batch = None
     if client is not None and r.batch_resource_source == "agent":

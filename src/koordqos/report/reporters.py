@@ -3,8 +3,8 @@
 * `NodeMetricReporter` keeps the report history (fed by every MetricTick), reads the NodeMetric's spec, and
   every report interval builds the status and hands it to the writer (§1.7). The first report is one
   interval after start; nothing is written before the NodeMetric was seen.
-* `TopologyReporter` recomputes the NRT every 3 s and right after pod/Node changes, publishes the share
-  pools for the CPUSetAllocator hook at once (N5), and writes only when the result changed (N4) or at the
+* `TopologyReporter` recomputes the NRT every 3 s and right after pod/Node changes, hands the result to
+  the CPUSetAllocator hook at once (N5), and writes only when the result changed (N4) or at the
   resync period (which also recreates a deleted NRT).
 * `BatchCapacityReporter` (standalone, `--batch-resource-source=agent`) patches the Node's batch resources
   computed with koord-manager's formula from the same report, and removes them after 15 minutes without
@@ -61,7 +61,6 @@ from koordqos.report.kubelet import (
 from koordqos.report.nodemetric import AppMeta, PodMeta, StatusSkipped, build_status, plan_status
 from koordqos.report.nrt import NRTDesired, NRTInputs, desired, modifier
 from koordqos.report.policy import SCHEDULER_EXPIRY_SECONDS, CollectPolicy, parse_collect_policy
-from koordqos.report.pools import SharePools
 from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.report")
@@ -276,7 +275,7 @@ class TopologyReporter:
         hugepage_report: bool = False,
         interval: float = 3.0,
         resync: float = 60.0,
-        on_pools: Callable[[SharePools], None] | None = None,
+        on_topology: Callable[[NRTDesired], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -289,7 +288,7 @@ class TopologyReporter:
         self.hugepage_report = hugepage_report
         self.interval = interval
         self.resync = resync
-        self.on_pools = on_pools
+        self.on_topology = on_topology
         self.clock = clock
         self.wall = wall
         self.current: NRTDesired | None = None
@@ -380,9 +379,10 @@ class TopologyReporter:
         want = await self.compute()
         if want is None:
             return self.last
-        pools_changed = self.current is None or want.pools != self.current.pools
-        if pools_changed and self.on_pools is not None:
-            self.on_pools(want.pools)
+        # local users (the CPUSetAllocator hook) get the result at once, before any API write (N5)
+        changed = self.current is None or want.annotations != self.current.annotations
+        if changed and self.on_topology is not None:
+            self.on_topology(want)
         self.current = want
         now = rfc3339(self.wall())
         if self.writer is None:
