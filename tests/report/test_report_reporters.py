@@ -351,3 +351,17 @@ async def test_standalone_stops_when_a_manager_appears(fake: FakeAPIServer, clie
     fake.upsert("nodemetrics", make_nodemetric(NODE))
     assert (await b.round()).outcome == "stopped"
     assert fake.count_requests(lambda m, p, q: m == "PATCH") == 0
+
+
+async def test_nrt_unchanged_inputs_reuse_the_last_result(tmp_path: Path) -> None:
+    r = nrt_reporter(tmp_path, None, [])
+    first = await r.compute()
+    assert first is not None
+    assert await r.compute() is first  # same pods, Node and kubelet: no recomputation
+    r.bus._state = NodeState(
+        pods=MappingProxyType({EXAMPLE_PODS[0].uid: EXAMPLE_PODS[0]}), node=r.bus.state.node
+    )
+    second = await r.compute()
+    assert second is not None
+    assert second is not first
+    assert [p.cpuset for p in second.pools.be] == ["1-3", "4-7"]
