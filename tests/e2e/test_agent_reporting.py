@@ -223,3 +223,51 @@ async def test_no_status_while_the_node_window_is_empty(tmp_path: Path) -> None:
             proc.kill()
             await proc.wait()
         await api.stop()
+
+
+async def test_standalone_refused_when_a_nodemetric_exists(tmp_path: Path) -> None:
+    """koord-manager is present (a NodeMetric exists): `--batch-resource-source=agent` exits 2, one line."""
+    node = SyntheticNode(tmp_path / "node")
+    api = FakeAPIServer()
+    await api.start()
+    api.upsert("nodes", make_node(NODE))
+    api.upsert("nodemetrics", make_nodemetric(NODE))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
+    cmd = [
+        sys.executable,
+        "-m",
+        "koordqos",
+        "run",
+        "--kubeconfig",
+        str(api.write_kubeconfig(tmp_path / "kc")),
+        "--node-name",
+        NODE,
+        "--cgroup-root",
+        str(node.cgroup_root),
+        "--proc-root",
+        str(node.proc_root),
+        "--sys-root",
+        str(node.sys_root),
+        "--enable-nri=false",
+        "--http-addr",
+        f"127.0.0.1:{free_port()}",
+        "--log-format",
+        "json",
+        "--batch-resource-source=agent",
+    ]
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 2
+        lines = [line for line in err.decode().splitlines() if line.startswith("koordqos: error:")]
+        assert len(lines) == 1
+        assert "koord-manager" in lines[0]
+        assert "Traceback" not in err.decode()
+        assert api.count_requests(lambda m, p, q: m == "PATCH") == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await api.stop()
