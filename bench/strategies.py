@@ -48,6 +48,7 @@ from koordqos.strategies.resctrl import ResctrlReconcileStrategy
 from koordqos.strategies.sysconfig import SystemConfigStrategy
 from koordqos.testing.fake_apiserver import make_pod
 from koordqos.testing.nodefs import GiB, SyntheticNode
+from koordqos.testing.strategyenv import strategy_env
 
 CPUS = 32
 
@@ -137,15 +138,17 @@ def build(base: Path, n_pods: int, policy: str) -> tuple[NodeState, StrategyEnv]
     )
     decisions = DecisionLog(size=256)
     layout = node_fs.layout
-    services: dict[str, Any] = {
-        "metric_store": store,
-        "topology": read_topology(node_fs.sys_root),
-        "cgroup_layout": layout,
-        "cgroup_reader": CgroupReader(layout),
-        "executor": CgroupExecutor(layout, decisions),
-        "evictor": RefusingEvictor(),
-    }
-    return state, StrategyEnv(cfg, decisions, services)
+    env = strategy_env(
+        layout,
+        decisions,
+        config=cfg,
+        store=store,
+        reader=CgroupReader(layout),
+        executor=CgroupExecutor(layout, decisions),
+        topology=read_topology(node_fs.sys_root),
+        evictor=RefusingEvictor(),
+    )
+    return state, env
 
 
 async def time_rounds(strategy: Any, state: NodeState, env: StrategyEnv, rounds: int) -> float:
@@ -246,18 +249,20 @@ def build_reconcile(base: Path, n_pods: int) -> tuple[NodeState, StrategyEnv]:
     )
     decisions = DecisionLog(size=256)
     layout = node_fs.layout
-    services: dict[str, Any] = {
-        "cgroup_layout": layout,
-        "executor": CgroupExecutor(layout, decisions),
-        "host": HostActuator(decisions, proc_root=node_fs.proc_root, sys_root=node_fs.sys_root),
-    }
-    return state, StrategyEnv(cfg, decisions, services)
+    env = strategy_env(
+        layout,
+        decisions,
+        config=cfg,
+        executor=CgroupExecutor(layout, decisions),
+        host=HostActuator(decisions, proc_root=node_fs.proc_root, sys_root=node_fs.sys_root),
+    )
+    return state, env
 
 
 def files_written(env: StrategyEnv) -> int:
     """Cgroup files written plus host decisions of kind write (the host actuator has no write counter)."""
     host_writes = sum(1 for d in env.decisions.recent() if d.action in ("write", "add-tasks", "create-group"))
-    return int(env.services["executor"].file_writes) + host_writes
+    return int(env.executor.file_writes) + host_writes
 
 
 class LongestStep:

@@ -41,7 +41,8 @@ async def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = 
 
 def rounds_of(agent: Agent, strategy: str) -> int:
     """How many rounds a strategy completed."""
-    return int(agent.ctx.services["qos_manager"].runners[strategy].runs)
+    assert agent.parts.qos_manager is not None
+    return int(agent.parts.qos_manager.runners[strategy].runs)
 
 
 async def more_rounds(agent: Agent, strategy: str, n: int = 2) -> None:
@@ -86,22 +87,11 @@ async def cluster_agent(
     base: Path, server: FakeAPIServer, node: SyntheticNode, gates: dict[str, bool], **overrides: Any
 ) -> AsyncIterator[Agent]:
     """Cluster mode: cgroups, metrics, kube (fake API server), strategies."""
-    from koordqos import cgroups, kube, metrics, strategies
-
     kubeconfig = server.write_kubeconfig(base / "kubeconfig")
     tree = _tree(node, gates, **overrides)
     tree["kube"] = {"kubeconfig": str(kubeconfig), "node_name": NODE}
     tree["nri"] = {"enabled": False}
-    agent = Agent(
-        build_config(tree),
-        local_mode=False,
-        setups=[
-            ("cgroups", cgroups.setup),
-            ("metrics", metrics.setup),
-            ("kube", kube.setup),
-            ("strategies", strategies.setup),
-        ],
-    )
+    agent = Agent(build_config(tree), local_mode=False, packages=("metrics", "kube", "strategies"))
     agent.build()
     task = asyncio.create_task(agent.run())
     try:
@@ -117,8 +107,6 @@ async def local_agent(
     base: Path, node: SyntheticNode, nodeslo: dict[str, Any], gates: dict[str, bool], **overrides: Any
 ) -> AsyncIterator[tuple[Agent, MockRuntime, Path]]:
     """Local mode: pods over NRI from the mock runtime, the NodeSLO from a file (returned for edits)."""
-    from koordqos import cgroups, kube, metrics, nri, strategies
-
     slo_file = base / "nodeslo.json"
     slo_file.write_text(json.dumps(nodeslo))
     sock = base / "nri.sock"
@@ -127,17 +115,7 @@ async def local_agent(
     tree = _tree(node, gates, **overrides)
     tree["kube"] = {"node_name": "local-node", "nodeslo_file": str(slo_file)}
     tree["nri"] = {"socket": str(sock), "backoff_seconds": 0.05, "backoff_cap_seconds": 0.2}
-    agent = Agent(
-        build_config(tree),
-        local_mode=True,
-        setups=[
-            ("cgroups", cgroups.setup),
-            ("metrics", metrics.setup),
-            ("kube", kube.setup),
-            ("nri", nri.setup),
-            ("strategies", strategies.setup),
-        ],
-    )
+    agent = Agent(build_config(tree), local_mode=True, packages=("metrics", "kube", "nri", "strategies"))
     task = asyncio.create_task(agent.run())
     try:
         await runtime.wait_joined(timeout=10)

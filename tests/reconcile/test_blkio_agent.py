@@ -118,7 +118,7 @@ async def test_be_class_root_and_pod_volume(
             assert lines(node, pod_dir, "io.max") == {"253:16": "wiops=512"}
             decisions = [(d.target, d.new) for d in agent.decisions.recent(strategy="BlkioReconcile")]
             assert (f"{pod_dir}/blkio.throttle.read_iops_device", "253:16 riops=2048") in decisions
-        assert agent.ctx.services["qos_manager"].runners["BlkioReconcile"].strategy.last_plan.problems == {}
+        assert agent.parts.qos_manager.runners["BlkioReconcile"].strategy.last_plan.problems == {}
 
         # disabling the BE class resets the disk's entries (throttles 0 = unlimited, weight 100)
         off = copy.deepcopy(SPEC)
@@ -146,11 +146,11 @@ async def test_unresolvable_block_is_a_counted_problem_and_changes_nothing(
     before = INVALID_CONFIG.labels("BlkioReconcile")._value.get()
     async with cluster_agent(tmp_path, server, node, GATES) as agent:
         await more_rounds(agent, "BlkioReconcile", 3)
-        plan = agent.ctx.services["qos_manager"].runners["BlkioReconcile"].strategy.last_plan
+        plan = agent.parts.qos_manager.runners["BlkioReconcile"].strategy.last_plan
         assert "no-such-vg" in plan.problems["beClass"]
         assert INVALID_CONFIG.labels("BlkioReconcile")._value.get() > before
         assert node.read("kubepods/besteffort", "blkio", "blkio.cost.weight") == "default 100"
-        assert agent.ctx.services["qos_manager"].runners["BlkioReconcile"].failures == 0
+        assert agent.parts.qos_manager.runners["BlkioReconcile"].failures == 0
 
 
 async def test_v2_with_koordlets_v1_only_behaviour_stays_idle(tmp_path: Path, server: FakeAPIServer) -> None:
@@ -166,7 +166,7 @@ async def test_v2_with_koordlets_v1_only_behaviour_stays_idle(tmp_path: Path, se
         be_dir = node.layout.qos_dir(parse_pod(be_pod()).kube_qos)
         assert node.read(be_dir, "io", "io.weight") == "default 100"
         assert node.read(be_dir, "io", "io.max") == ""
-        assert agent.ctx.services["qos_manager"].runners["BlkioReconcile"].strategy.last_plan is None
+        assert agent.parts.qos_manager.runners["BlkioReconcile"].strategy.last_plan is None
 
 
 async def test_local_mode_nri_pod_with_a_device_block_and_dry_run(short_dir: Path) -> None:
@@ -212,4 +212,4 @@ async def test_local_mode_nri_pod_with_a_device_block_and_dry_run(short_dir: Pat
         )
         assert all(d.dry_run for d in agent.decisions.recent(strategy="BlkioReconcile"))
         assert lines(node2, pod_dir, "blkio.throttle.read_bps_device") == {}
-        assert agent.ctx.services["executor"].file_writes == 0
+        assert agent.services.executor.file_writes == 0

@@ -96,8 +96,8 @@ async def test_cluster_mode_writes_disables_and_rejects(
         assert mem(node, burstable, "memory.wmark_ratio") == "0"  # no wmark knobs at QoS level
 
         # steady state: nothing more is written
-        strategy = agent.ctx.services["qos_manager"].runners["CgroupReconcile"].strategy
-        executor = agent.ctx.services["executor"]
+        strategy = agent.parts.qos_manager.runners["CgroupReconcile"].strategy
+        executor = agent.services.executor
         await more_rounds(agent, "CgroupReconcile")
         writes = executor.file_writes
         await more_rounds(agent, "CgroupReconcile", 3)
@@ -146,7 +146,7 @@ async def test_mainline_kernel_absent_files_are_skipped_without_errors(
     }
     async with cluster_agent(tmp_path, server, node, GATES) as agent:
         await more_rounds(agent, "CgroupReconcile", 3)
-        strategy = agent.ctx.services["qos_manager"].runners["CgroupReconcile"].strategy
+        strategy = agent.parts.qos_manager.runners["CgroupReconcile"].strategy
         if version is CgroupVersion.V2:
             assert strategy.supported == {"memory.min", "memory.low", "memory.high"}
             assert mem(node, pod_dir, "memory.min") == str(GiB // 2)
@@ -177,7 +177,7 @@ async def test_dry_run_writes_nothing_and_records_decisions(tmp_path: Path, serv
         assert all(d.dry_run for d in decisions)
         assert mem(node, pod_dir, "memory.min") == "0"
         assert mem(node, pod_dir, "memory.wmark_ratio") == "0"
-        assert agent.ctx.services["executor"].file_writes == 0
+        assert agent.services.executor.file_writes == 0
 
 
 @pytest.mark.parametrize("layout", VERSIONS)
@@ -229,4 +229,4 @@ async def test_local_mode_nri_pod_and_nodeslo_file(
         await more_rounds(agent, "CgroupReconcile", 1)
         assert mem(node, ctr_dir, "memory.wmark_ratio") == "0"
         assert mem(node, ctr_dir, "memory.high") == high_max(node)
-        assert agent.ctx.services["qos_manager"].runners["CgroupReconcile"].failures == 0
+        assert agent.parts.qos_manager.runners["CgroupReconcile"].failures == 0

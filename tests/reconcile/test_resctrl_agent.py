@@ -116,9 +116,9 @@ async def test_no_resctrl_mounted_is_one_warning_and_idle(tmp_path: Path, server
     server.upsert("nodeslos", make_nodeslo(NODE, SPEC))
     async with cluster_agent(tmp_path, server, node, GATES) as agent:
         await more_rounds(agent, "ResctrlReconcile", 3)
-        runner = agent.ctx.services["qos_manager"].runners["ResctrlReconcile"]
+        runner = agent.parts.qos_manager.runners["ResctrlReconcile"]
         assert runner.failures == 0
-        assert agent.ctx.services["host"].batches == 0
+        assert agent.services.host.batches == 0
         assert not (node.sys_root / "fs").exists()
 
 

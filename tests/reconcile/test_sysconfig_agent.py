@@ -49,7 +49,7 @@ async def test_cluster_mode_spec_values_out_of_range_and_restore(
         await more_rounds(agent, "SystemConfigReconcile", 1)
         assert proc(node, "vm/watermark_scale_factor") == "99"
         assert sys_(node, "kernel/mm/memcg_reaper/reap_background") == "1"
-        host = agent.ctx.services["host"]
+        host = agent.services.host
         batches = host.batches
         await more_rounds(agent, "SystemConfigReconcile", 3)
         assert host.batches == batches  # steady state: nothing applied, nothing even read
@@ -119,10 +119,10 @@ async def test_dry_run_and_kernel_without_optional_files(tmp_path: Path, server:
         d = next(d for d in agent.decisions.recent() if d.target == "sysctl/vm/min_free_kbytes")
         assert (d.dry_run, d.old, d.new) == (True, "5368709", "4724464")
         assert proc(node, "vm/min_free_kbytes") == "5368709"
-        strategy = agent.ctx.services["qos_manager"].runners["SystemConfigReconcile"].strategy
+        strategy = agent.parts.qos_manager.runners["SystemConfigReconcile"].strategy
         assert strategy.present == frozenset()
         assert not (node.sys_root / "kernel/mm/memcg_reaper").exists()
-        assert agent.ctx.services["qos_manager"].runners["SystemConfigReconcile"].failures == 0
+        assert agent.parts.qos_manager.runners["SystemConfigReconcile"].failures == 0
 
 
 async def test_local_mode_nodeslo_file(short_dir: Path) -> None:

@@ -21,7 +21,6 @@ import pytest
 from koordqos.cgroups.executor import CGROUP_WRITES, CgroupExecutor
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion, parse_device_lines
-from koordqos.config import AgentConfig
 from koordqos.decisions import DecisionLog
 from koordqos.metrics.localstorage import read_local_storage
 from koordqos.model.node import NodeInfo
@@ -30,9 +29,9 @@ from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.state import NodeState
 from koordqos.strategies.blkio import BlkioReconcileStrategy
-from koordqos.strategies.framework import StrategyEnv
 from koordqos.strategies.memoryqos import ABSENT_FILES, MEMORY_QOS_RESOURCES, CgroupReconcileStrategy
 from koordqos.testing.scratchcg import REAL_ROOT, Scratch, remove_tree, unavailable_reason
+from koordqos.testing.strategyenv import strategy_env
 
 pytestmark = pytest.mark.cgroupv1
 GiB = 1 << 30
@@ -107,7 +106,7 @@ async def test_memory_qos_detects_the_kernels_files_once_and_never_fails(
     expected = frozenset(r for r in MEMORY_QOS_RESOURCES if (kubepods / r).exists())
     decisions = DecisionLog()
     executor = CgroupExecutor(layout, decisions)
-    env = StrategyEnv(AgentConfig(), decisions, {"cgroup_layout": layout, "executor": executor})
+    env = strategy_env(layout, decisions, executor=executor)
     slo = parse_nodeslo(
         {
             "spec": {
@@ -182,7 +181,7 @@ async def test_blkio_throttle_on_the_real_root_disk(blkio_scratch: tuple[Scratch
     number = read_local_storage("/sys", "/proc").disk_number[disk]
     decisions = DecisionLog()
     executor = CgroupExecutor(layout, decisions)
-    env = StrategyEnv(AgentConfig(), decisions, {"cgroup_layout": layout, "executor": executor})
+    env = strategy_env(layout, decisions, executor=executor)
     blocks = [{"name": disk, "type": "device", "ioCfg": {"readIOPS": 1024, "writeBPS": 10485760}}]
 
     def slo(enable: bool) -> Any:

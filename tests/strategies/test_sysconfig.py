@@ -111,12 +111,11 @@ async def _round(tmp_path: object, restore: bool) -> tuple[str, str]:
 
     from koordqos.config import build_config
     from koordqos.decisions import DecisionLog
-    from koordqos.host import HostActuator
     from koordqos.model.node import NodeInfo
     from koordqos.state import NodeState
-    from koordqos.strategies.framework import StrategyEnv
     from koordqos.strategies.sysconfig import SystemConfigStrategy
     from koordqos.testing.nodefs import SyntheticNode
+    from koordqos.testing.strategyenv import strategy_env
 
     node = SyntheticNode(Path(str(tmp_path)))
     node.add_sysctls()
@@ -127,9 +126,7 @@ async def _round(tmp_path: object, restore: bool) -> tuple[str, str]:
         }
     )
     decisions = DecisionLog()
-    env = StrategyEnv(
-        cfg, decisions, {"host": HostActuator(decisions, proc_root=node.proc_root, sys_root=node.sys_root)}
-    )
+    env = strategy_env(node.layout, decisions, config=cfg)
     strategy = SystemConfigStrategy()
     n = NodeInfo(name="n", capacity={"memory": NODE_512GI}, allocatable={"memory": NODE_512GI})
     for system in ({"minFreeKbytesFactor": 88, "watermarkScaleFactor": 99}, {"minFreeKbytesFactor": 88}):

@@ -31,6 +31,17 @@ HOST_WRITES = Counter(
 )
 
 
+_COUNTERS: dict[tuple[str, str], Any] = {}  # label lookups cost more than a procfs write; children kept
+
+
+def _count(kind: str, outcome: Outcome) -> None:
+    key = (kind, outcome.value)
+    counter = _COUNTERS.get(key)
+    if counter is None:
+        counter = _COUNTERS[key] = HOST_WRITES.labels(*key)
+    counter.inc()
+
+
 class RootUnavailable(Exception):
     """A root directory (e.g. `--proc-root`) cannot be opened; every intent beneath it fails."""
 
@@ -103,7 +114,7 @@ class Batch:
         self, kind: str, intent: object, outcome: Outcome, old: str | None = None, new: str | None = None
     ) -> HostResult:
         """Count a non-problem outcome."""
-        HOST_WRITES.labels(kind, outcome.value).inc()
+        _count(kind, outcome)
         return HostResult(intent, outcome, old, new)
 
     def record(
@@ -137,7 +148,7 @@ class Batch:
         new: str | None = None,
     ) -> HostResult:
         """A refused, invalid or failed intent: counted, logged once per (target, outcome), recorded."""
-        HOST_WRITES.labels(kind, outcome.value).inc()
+        _count(kind, outcome)
         obs.ERRORS.labels("host-actuator", outcome.value).inc()
         if self.warned.first((target, outcome.value)):
             log.warning(

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from koordqos.cgroups.executor import CgroupWrite, Level
-from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion, parse_device_lines
 from koordqos.errors import KoordQoSError
 from koordqos.metrics.localstorage import LocalStorage, read_local_storage, read_mounts
@@ -306,9 +305,8 @@ class BlkioReconcileStrategy:
 
     async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
         """Plan from the state, the storage and the files' current content; apply in target order."""
-        layout: CgroupLayout | None = env.services.get("cgroup_layout")
-        executor = env.services.get("executor")
-        if layout is None or executor is None or state.node_slo is None:
+        layout, executor = env.layout, env.executor
+        if state.node_slo is None:
             return
         if layout.version is CgroupVersion.V2 and not env.config.qos.blkio_v2_io_files:
             env.warn_once("blkio:v2", "blkio QoS is cgroup v1 only (--blkio-v2-io-files=false): idle")

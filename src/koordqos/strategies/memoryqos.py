@@ -396,11 +396,10 @@ class CgroupReconcileStrategy:
 
     async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
         """Plan the pods whose inputs changed (all of them once a minute) and apply one leveled batch."""
-        layout: CgroupLayout | None = env.services.get("cgroup_layout")
-        executor = env.services.get("executor")
+        layout, executor = env.layout, env.executor
         slo, node = state.node_slo, state.node
         self.last_writes = 0
-        if layout is None or executor is None or slo is None or slo.resource_qos_strategy is None:
+        if slo is None or slo.resource_qos_strategy is None:
             return
         if node is None or not node.allocatable.get("memory"):
             return

@@ -22,7 +22,6 @@ from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.threads import pod_thread_ids
 from koordqos.errors import KoordQoSError
 from koordqos.host import (
-    HostActuator,
     HostIntent,
     Outcome,
     ResctrlGroupCreate,
@@ -289,9 +288,8 @@ class ResctrlReconcileStrategy:
 
     async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
         """Check resctrl, create the class groups, write schemata, move new threads, drop stale pod groups."""
-        host: HostActuator | None = env.services.get("host")
-        layout: CgroupLayout | None = env.services.get("cgroup_layout")
-        if host is None or layout is None or state.node_slo is None:
+        host, layout = env.host, env.layout
+        if state.node_slo is None:
             return
         self.sweep_seconds = env.config.qos.resctrl_task_sweep_seconds
         if self.vendor is None:

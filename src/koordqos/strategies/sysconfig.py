@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from koordqos.host import HostActuator, SysctlWrite, SysfsWrite
+from koordqos.host import SysctlWrite, SysfsWrite
 from koordqos.host.sysfs import read_beneath_or_none
 from koordqos.model.nodeslo import SystemStrategy
 from koordqos.state import NodeState
@@ -224,8 +224,8 @@ class SystemConfigStrategy:
 
     async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
         """Plan, remember the files' content before the first change, apply through the host actuator."""
-        host: HostActuator | None = env.services.get("host")
-        if host is None or state.node_slo is None:
+        host = env.host
+        if state.node_slo is None:
             return
         proc_root, sys_root = Path(env.config.paths.proc_root), Path(env.config.paths.sys_root)
         present = self._detect(proc_root, sys_root)
