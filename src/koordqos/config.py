@@ -128,6 +128,12 @@ class QoSSettings(_Group):
     # the value is accepted for compatibility and reported, not a switch to killing containers.
     only_evict_by_api: bool = False
     extension_plugins: dict[str, bool] = Field(default_factory=dict)
+    # project decisions of the reconcile strategies (docs/reconcile.md), koordlet's behaviour behind each
+    blkio_v2_io_files: bool = (
+        True  # cgroup v2: blkio throttles → io.max, weight → io.weight (koordlet: v1 only)
+    )
+    system_config_restore: bool = True  # a sysctl removed from the NodeSLO gets its pre-koordqos value back
+    resctrl_task_sweep_seconds: float = Field(10.0, ge=0)  # 0: every pod's threads every round (koordlet)
 
     @field_validator("extension_plugins", mode="before")
     @classmethod
@@ -356,6 +362,24 @@ FLAGS: tuple[Flag, ...] = (
         bool,
     ),
     Flag("qos-extension-plugins", "qos.extension_plugins", "QoS extension plugin gates, e.g. name=true"),
+    Flag(
+        "blkio-v2-io-files",
+        "qos.blkio_v2_io_files",
+        "cgroup v2: blkio throttles go to io.max and the weight to io.weight (false: koordlet, v1 only)",
+        bool,
+    ),
+    Flag(
+        "system-config-restore",
+        "qos.system_config_restore",
+        "a systemStrategy field removed from the NodeSLO restores the file's earlier value (false: koordlet)",
+        bool,
+    ),
+    Flag(
+        "resctrl-task-sweep-seconds",
+        "qos.resctrl_task_sweep_seconds",
+        "every pod's threads are re-read for resctrl at least this often (0: every round, koordlet)",
+        float,
+    ),
     Flag(
         "collect-interval", "metrics.collect_interval_seconds", "metrics collection period in seconds", float
     ),
