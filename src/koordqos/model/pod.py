@@ -86,6 +86,7 @@ class PodInfo(BaseModel):
     creation_timestamp: str = ""  # RFC 3339; sorts chronologically as a string
     host_network: bool = False
     runtime_class_name: str = ""
+    volumes: Mapping[str, str] = Field(default_factory=dict)  # volume name → PVC claim name ("" if not a PVC)
     parse_problems: Mapping[str, str] = Field(default_factory=dict)  # malformed quantities seen by parse_pod
 
     @property
@@ -364,6 +365,7 @@ def parse_pod(raw: Mapping[str, Any], source: str = "api") -> PodInfo:
         creation_timestamp=_text(meta.get("creationTimestamp")),
         host_network=spec.get("hostNetwork") is True,
         runtime_class_name=_text(spec.get("runtimeClassName")),
+        volumes=_volumes(spec.get("volumes")),
         parse_problems=problems,
     )
     for key, msg in problems.items():
@@ -375,6 +377,20 @@ def parse_pod(raw: Mapping[str, Any], source: str = "api") -> PodInfo:
 def _mapping(value: Any) -> Mapping[str, Any]:
     """`value` when it is a mapping, else {} (a part of the wrong type counts as absent)."""
     return value if isinstance(value, Mapping) else {}
+
+
+def _volumes(value: Any) -> dict[str, str]:
+    """spec.volumes → {name: PVC claim name, "" for other kinds} (blkio resolves pod volumes by name)."""
+    out: dict[str, str] = {}
+    if not isinstance(value, list):
+        return out
+    for vol in value:
+        if not isinstance(vol, Mapping) or not isinstance(vol.get("name"), str):
+            continue
+        pvc = vol.get("persistentVolumeClaim")
+        claim = pvc.get("claimName") if isinstance(pvc, Mapping) else None
+        out[vol["name"]] = claim if isinstance(claim, str) else ""
+    return out
 
 
 def _str_map(value: Any) -> dict[str, str]:
