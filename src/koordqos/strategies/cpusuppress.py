@@ -34,6 +34,11 @@ from koordqos.strategies.intents import (
     BEDir,
     CgroupSet,
 )
+from koordqos.strategies.suppresssmoothing import (
+    QuotaHysteresis,
+    suppress_usage,
+    window_samples,
+)
 from koordqos.strategies.usage import (
     calculate_filter_pods_used,
     cpu_manager_policy,
@@ -120,6 +125,7 @@ class SuppressInputs:
     cpu_manager_policy: str = ""
     reserved_milli: int = 0
     be_cpu_manager: bool = False  # gate BECPUManager
+    hysteresis_percent: float = 0.0  # --cpu-suppress-hysteresis-percent (0: koordlet's 1 % bypass only)
 
 
 # -- pure calculations ---------------------------------------------------------------------------------------
@@ -145,9 +151,14 @@ def be_suppress_milli(
     return suppress
 
 
+def quota_target(suppress_milli: int) -> int:
+    """The quota for a suppress amount before the bypass and step limits: milli × 100, at least 2000."""
+    return max(_div_trunc(suppress_milli * CFS_PERIOD, 1000), BE_MIN_QUOTA)
+
+
 def plan_cfs_quota(suppress_milli: int, current_quota: int, capacity_milli: int) -> int | None:
     """adjustByCfsQuota: the quota to write, or None when the change is below the 1 % bypass."""
-    new = max(_div_trunc(suppress_milli * CFS_PERIOD, 1000), BE_MIN_QUOTA)
+    new = quota_target(suppress_milli)
     cores = math.ceil(capacity_milli / 1000)
     min_delta = cores * CFS_PERIOD * BYPASS_RATIO
     if abs(new - current_quota) < min_delta and new != BE_MIN_QUOTA:
@@ -227,6 +238,7 @@ class CPUSuppress:
 
     def __init__(self) -> None:
         self.statuses: dict[Policy, Status] = {}
+        self.hysteresis = QuotaHysteresis()
 
     def plan(self, inp: SuppressInputs) -> SuppressPlan:
         """One round of CPU suppress (or recovery): the cgroup writes to make, in order."""
@@ -292,6 +304,8 @@ class CPUSuppress:
         if inp.be_quota is None or not inp.be_dirs:
             return []
         new = plan_cfs_quota(suppress_milli, inp.be_quota, capacity_milli)
+        self.hysteresis.percent = inp.hysteresis_percent
+        new = self.hysteresis.decide(new, quota_target(suppress_milli), inp.be_quota, capacity_milli)
         if new is None:
             return []
         BE_SUPPRESS_CORES.labels(Policy.CFS_QUOTA.value).set(new / CFS_PERIOD)
@@ -473,11 +487,9 @@ def build_inputs(state: NodeState, env: StrategyEnv) -> SuppressInputs:
     """Read what one round needs: metrics (Last window), the BE cgroups, topology and node annotations."""
     store = env.store
     pods = state.pods
-    pod_used: dict[str, float] = {}
-    for uid in pods:
-        v = store.last(MetricKind.POD_CPU_USAGE, uid)
-        if v is not None:
-            pod_used[uid] = v
+    # system usage is smoothed over --cpu-suppress-usage-window-seconds (suppresssmoothing.py)
+    samples = window_samples(env.config.qos.cpu_suppress_usage_window_seconds, env.collect_interval)
+    node_used, pod_used = suppress_usage(store, pods, samples)
     node = state.node
     pod_dirs: dict[str, str] = {}
     for uid, pod in pods.items():
@@ -489,7 +501,7 @@ def build_inputs(state: NodeState, env: StrategyEnv) -> SuppressInputs:
         config=suppress_config(state.node_slo),
         pods=pods,
         node=node,
-        node_used=store.last(MetricKind.NODE_CPU_USAGE),
+        node_used=node_used,
         pod_used=pod_used,
         host_app_used=host_app_used(store, state.node_slo),
         processors=env.processors(),
@@ -502,6 +514,7 @@ def build_inputs(state: NodeState, env: StrategyEnv) -> SuppressInputs:
         cpu_manager_policy=cpu_manager_policy(node),
         reserved_milli=node.reserved()["cpu"] if node is not None else 0,
         be_cpu_manager=env.config.gate("BECPUSuppress") and env.config.gate("BECPUManager"),
+        hysteresis_percent=env.config.qos.cpu_suppress_hysteresis_percent,
     )
 
 
