@@ -30,6 +30,8 @@ class HostPaths(_Group):
     cgroup_root: Path = Path("/sys/fs/cgroup")
     proc_root: Path = Path("/proc")
     sys_root: Path = Path("/sys")
+    # koordlet names every cgroupfs container dir `<id>`; CRI-O really names it `crio-<id>` (project decision)
+    crio_cgroupfs_bare_ids: bool = False
 
 
 class KubeSettings(_Group):
@@ -222,6 +224,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("cgroup-root", "paths.cgroup_root", "cgroup filesystem root"),
     Flag("proc-root", "paths.proc_root", "procfs root"),
     Flag("sys-root", "paths.sys_root", "sysfs root"),
+    Flag(
+        "cgroupfs-crio-bare-container-dirs",
+        "paths.crio_cgroupfs_bare_ids",
+        "cgroupfs driver: look for CRI-O containers in <id> (koordlet) instead of crio-<id> (CRI-O's name)",
+        bool,
+    ),
     Flag("nri-socket", "nri.socket", "NRI runtime socket"),
     Flag("enable-nri", "nri.enabled", "serve runtime hooks over NRI", bool),
     Flag("nri-plugin-name", "nri.plugin_name", "NRI plugin name"),

@@ -36,7 +36,12 @@ __all__ = [
 def setup(ctx: AgentContext) -> list[Component]:
     """Detect the cgroup layout and put the layout, executor and reader on `ctx.services`."""
     paths = ctx.config.paths
-    layout = CgroupLayout.detect(paths.cgroup_root, proc_root=paths.proc_root, sys_root=paths.sys_root)
+    layout = CgroupLayout.detect(
+        paths.cgroup_root,
+        proc_root=paths.proc_root,
+        sys_root=paths.sys_root,
+        crio_cgroupfs_bare_ids=paths.crio_cgroupfs_bare_ids,
+    )
     executor = CgroupExecutor(
         layout,
         ctx.decisions,

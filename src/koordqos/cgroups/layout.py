@@ -22,7 +22,8 @@ from prometheus_client import Counter
 from koordqos import observability as obs
 from koordqos.cgroups.resources import CgroupVersion, Resource, get_resource
 from koordqos.errors import CgroupError, PathEscapeError
-from koordqos.model.pod import KubeQoS, PodInfo
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS
 
 log = structlog.get_logger("koordqos.cgroups")
 
@@ -119,8 +120,10 @@ class CgroupLayout:
         hybrid: bool = False,
         proc_root: Path | str = "/proc",
         sys_root: Path | str = "/sys",
+        crio_cgroupfs_bare_ids: bool = False,
     ) -> None:
         self.root = Path(root)
+        self.crio_cgroupfs_bare_ids = crio_cgroupfs_bare_ids
         self.version = version
         self.driver = driver
         self.hybrid = hybrid
@@ -146,6 +149,7 @@ class CgroupLayout:
         driver: CgroupDriver | None = None,
         proc_root: Path | str = "/proc",
         sys_root: Path | str = "/sys",
+        crio_cgroupfs_bare_ids: bool = False,
     ) -> CgroupLayout:
         """Detect version (v2 if `cgroup.controllers` at the root; hybrid = v1 + `unified/`) and driver.
 
@@ -163,7 +167,15 @@ class CgroupLayout:
         if driver is None:
             base = r if version is CgroupVersion.V2 else r / "cpu"
             driver = CgroupDriver.SYSTEMD if (base / "kubepods.slice").is_dir() else CgroupDriver.CGROUPFS
-        layout = cls(r, version, driver, hybrid=hybrid, proc_root=proc_root, sys_root=sys_root)
+        layout = cls(
+            r,
+            version,
+            driver,
+            hybrid=hybrid,
+            proc_root=proc_root,
+            sys_root=sys_root,
+            crio_cgroupfs_bare_ids=crio_cgroupfs_bare_ids,
+        )
         log.info("cgroup layout", root=str(r), version=str(version), driver=str(driver), hybrid=hybrid)
         return layout
 
@@ -208,11 +220,17 @@ class CgroupLayout:
         return self.pod_dir_for(pod.uid, pod.kube_qos)
 
     def container_dir_in(self, pod_dir: str, container_id: str) -> str:
-        """Relative dir of a container (`<runtime>://<id>`) inside a pod dir."""
+        """Relative dir of a container (`<runtime>://<id>`) inside a pod dir.
+
+        systemd: `<prefix>-<id>.scope` for every runtime. cgroupfs: containerd and docker use the bare id,
+        CRI-O names its dir `crio-<id>` (koordlet assumes `<id>`, so `crio_cgroupfs_bare_ids` keeps that).
+        """
         ref = parse_container_id(container_id)
         pod_dir = check_relative(pod_dir)
         if self.driver is CgroupDriver.SYSTEMD:
             return f"{pod_dir}/{RUNTIME_SCOPE_PREFIX[ref.runtime]}-{ref.id}.scope"
+        if ref.runtime == "cri-o" and not self.crio_cgroupfs_bare_ids:
+            return f"{pod_dir}/crio-{ref.id}"
         return f"{pod_dir}/{ref.id}"
 
     def container_dir(self, pod: PodInfo, container_id: str) -> str:

@@ -6,6 +6,9 @@
 * Failure: Warning Event `evictPodFail` with ", error <err>" appended, False. This includes 429 (a
   PodDisruptionBudget forbids it now: the strategy retries on a later round, nothing is cached), 404 (the pod
   is gone) and 409 (the UID precondition failed: a different pod now has that name).
+* A pod whose eviction failed is backed off: no call (and no Event) until 1 s, then 2 s, 4 s, … (capped) have
+  passed; a success or a change of the pod (new resourceVersion) resets it. A PDB-blocked pod is thus asked
+  about a handful of times a minute, not once per strategy round, and still evicted once the budget allows.
 * Calls are rate-limited to `qps` per second (token bucket).
 * Dry-run, and local mode: the decision is recorded, nothing is called, and the result is True (UID cached)
   so the decisions show what a real run would do.
@@ -36,6 +39,12 @@ EVICTIONS = Counter(
     "koordqos_pod_evictions_total",
     "Pod eviction attempts by reason and result",
     ["reason", "result"],
+    registry=obs.REGISTRY,
+)
+
+BACKOFF_SKIPPED = Counter(
+    "koordqos_eviction_backoff_skipped_total",
+    "Eviction attempts not sent because the pod's last eviction failed recently (per-pod back-off)",
     registry=obs.REGISTRY,
 )
 
@@ -112,6 +121,57 @@ class EvictedCache:
         return len(self._expiry)
 
 
+class EvictionBackoff:
+    """Per-pod exponential back-off after failed evictions: `base`, 2×, 4× … up to `cap` seconds.
+
+    An entry is keyed by UID and remembers the pod's resourceVersion: a changed pod starts afresh. Entries
+    whose wait is long over are dropped, so the memory is bounded by the pods failing now.
+    """
+
+    def __init__(
+        self, base: float = 1.0, cap: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.base = base
+        self.cap = cap
+        self._clock = clock
+        self._entries: dict[str, tuple[str, float, float]] = {}  # uid -> (resourceVersion, delay, until)
+
+    def waiting(self, pod: PodInfo) -> bool:
+        """The pod failed recently and has not changed since: do not call the API yet."""
+        entry = self._entries.get(pod.uid)
+        if entry is None:
+            return False
+        version, _delay, until = entry
+        if version != pod.resource_version:
+            del self._entries[pod.uid]
+            return False
+        return self._clock() < until
+
+    def failed(self, pod: PodInfo) -> float:
+        """Record a failure; returns the wait before the next attempt."""
+        now = self._clock()
+        self._prune(now)
+        entry = self._entries.get(pod.uid)
+        delay = self.base
+        if entry is not None and entry[0] == pod.resource_version:
+            delay = min(self.cap, entry[1] * 2)
+        self._entries[pod.uid] = (pod.resource_version, delay, now + delay)
+        return delay
+
+    def succeeded(self, pod: PodInfo) -> None:
+        """Forget the pod's failures."""
+        self._entries.pop(pod.uid, None)
+
+    def _prune(self, now: float) -> None:
+        if len(self._entries) < 1024:
+            return
+        for uid in [u for u, (_, _, until) in self._entries.items() if until + self.cap < now]:
+            del self._entries[uid]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 def event_message(pod: PodInfo, reason: str, message: str) -> str:
     """koordlet's event text."""
     return f"evict Pod:{pod.namespace}/{pod.name}, reason: {reason}, message: {message}"
@@ -128,13 +188,16 @@ class Evictor:
         qps: float = 5.0,
         dry_run: bool = False,
         ttl: float = EVICTED_TTL_SECONDS,
+        backoff_cap: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.decisions = decisions
         self._client = client
         self.recorder = recorder
         self.dry_run = dry_run
         self.limiter = TokenBucket(qps)
-        self.evicted = EvictedCache(ttl)
+        self.evicted = EvictedCache(ttl, clock)
+        self.backoff = EvictionBackoff(cap=backoff_cap, clock=clock)
         self._recording = client is not None and not dry_run
         # uid → the eviction under way: CPUEvict and MemoryEvict run on separate tasks, and both may pick the
         # same pod while the first call waits for the rate limiter or the API server
@@ -152,6 +215,9 @@ class Evictor:
         """
         if pod.uid in self.evicted:
             return True
+        if self.backoff.waiting(pod):
+            BACKOFF_SKIPPED.inc()
+            return False
         pending = self._in_flight.get(pod.uid)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -181,6 +247,7 @@ class Evictor:
         ref = pod_reference(pod.namespace, pod.name, pod.uid)
         text = event_message(pod, reason, message)
         if error is None:
+            self.backoff.succeeded(pod)
             self.evicted.add(pod.uid)
             EVICTIONS.labels(reason, "success").inc()
             self.decisions.record(strategy, target, "evict", new=pod.uid, reason=f"{reason}: {message}")
@@ -188,10 +255,13 @@ class Evictor:
             await self._event(ref, REASON_SUCCESS, text)
             return True
         EVICTIONS.labels(reason, "failed").inc()
+        retry_in = self.backoff.failed(pod)
         self.decisions.record(
             strategy, target, "evict-failed", new=pod.uid, reason=f"{reason}: {message}; error {error}"
         )
-        log.warning("eviction failed", pod=target, uid=pod.uid, reason=reason, error=error)
+        log.warning(
+            "eviction failed", pod=target, uid=pod.uid, reason=reason, error=error, retry_in_s=retry_in
+        )
         await self._event(ref, REASON_FAIL, f"{text}, error {error}")
         return False
 
