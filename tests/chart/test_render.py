@@ -19,7 +19,7 @@ from .chart_render import (
     Rendered,
     render,
 )
-from operator_schemas import PROMETHEUSRULE_SCHEMA
+from .operator_schemas import PROMETHEUSRULE_SCHEMA
 
 # kubernetes-validate ships only built-in kinds. The ServiceMonitor (monitoring.coreos.com/v1, a Prometheus
 # Operator CRD) is checked against this pinned subset of its CRD schema instead: exactly the fields the chart

@@ -15,7 +15,6 @@ import statistics
 from dataclasses import dataclass, field
 
 import pytest
-from conftest import make_node, make_pod
 
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
@@ -29,6 +28,8 @@ from koordqos.strategies.suppresssmoothing import (
     suppress_usage,
     window_samples,
 )
+
+from .conftest import make_node, make_pod
 
 CPUS = 2
 HZ = 250
@@ -262,3 +263,20 @@ def test_hysteresis_runs_a_step_limited_recovery_to_its_target() -> None:
     assert h.decide(65_000, 65_000, 60_000, 2000) == 65_000  # 5000 < band, but the move finishes
     assert h.decide(67_000, 67_000, 65_000, 2000) is None  # settled: held again
     assert h.decide(50_000, 50_000, -1, 2000) == 50_000  # from unlimited: always
+
+
+def test_a_newly_measured_pod_does_not_leave_its_usage_as_system_usage() -> None:
+    """BE ran 2 s unmeasured (its usage was "system" then); once measured, the window starts afresh."""
+    now = [0.0]
+    store = MetricStore(600, 0.1, clock=lambda: now[0])
+    for k in range(1, 21):
+        now[0] = k * 0.1
+        store.add(MetricKind.NODE_CPU_USAGE, "", 1.35, now[0])  # LS 0.3 + BE 1.0 + system 0.05
+        store.add(MetricKind.POD_CPU_USAGE, "ls", 0.3, now[0])
+    now[0] += 0.1
+    store.add(MetricKind.NODE_CPU_USAGE, "", 1.35, now[0])
+    store.add(MetricKind.POD_CPU_USAGE, "ls", 0.3, now[0])
+    store.add(MetricKind.POD_CPU_USAGE, "be", 1.0, now[0])  # first sample of BE
+    node_in, pod_in = suppress_usage(store, ["ls", "be"], window_samples(DEFAULT_USAGE_WINDOW_SECONDS, 0.1))
+    assert node_in is not None
+    assert node_in - sum(pod_in.values()) == pytest.approx(0.05)  # system, not 1.05

@@ -22,7 +22,7 @@ from koordqos.demo.nripods import demo_pods
 from koordqos.demo.options import DemoOptions
 from koordqos.demo.sampler import DecisionRow, PhaseFigures, Point, Recorder
 from koordqos.demo.workload import calibrate
-from koordqos.testing.mock_nri import MockRuntime
+from koordqos.testing.mock_nri.runtime import MockRuntime
 
 STARTING = "agent-starting"
 TICK_SECONDS = 0.05  # synthetic counters advance this often

@@ -49,20 +49,27 @@ def recent_mean(store: MetricStore, kind: MetricKind, key: str = "", samples: in
 
 
 def smoothed_node_used(store: MetricStore, pod_uids: Iterable[str], samples: int) -> float | None:
-    """Node usage whose non-pod part is the window mean: last pods + mean(node) − mean(pods)."""
+    """Node usage whose non-pod part is the window mean: last pods + mean(node) − mean(pods).
+
+    The window shrinks to the samples every measured pod has: a pod measured for the first time would
+    otherwise leave its earlier, unmeasured usage in the node's mean as "system" usage for a whole window.
+    """
     node_last = store.last(MetricKind.NODE_CPU_USAGE)
     if node_last is None or samples <= 1:
         return node_last
-    node_mean = recent_mean(store, MetricKind.NODE_CPU_USAGE, "", samples)
-    assert node_mean is not None  # the last sample exists
-    pods_last = pods_mean = 0.0
+    span = (samples + 1) * store.collect_interval
+    pods: list[tuple[float, list[float]]] = []
     for uid in pod_uids:
         last = store.last(MetricKind.POD_CPU_USAGE, uid)
-        if last is None:
-            continue
-        mean = recent_mean(store, MetricKind.POD_CPU_USAGE, uid, samples)
-        pods_last += last
-        pods_mean += last if mean is None else mean
+        if last is not None:
+            pods.append((last, store.values(MetricKind.POD_CPU_USAGE, uid, window=span)))
+    node_values = store.values(MetricKind.NODE_CPU_USAGE, "", window=span)
+    n = min([samples, len(node_values), *(len(v) for _, v in pods)])
+    if n <= 1:
+        return node_last
+    node_mean = sum(node_values[-n:]) / n
+    pods_last = sum(last for last, _ in pods)
+    pods_mean = sum(sum(v[-n:]) / n for _, v in pods)
     return node_mean - pods_mean + pods_last
 
 

@@ -10,9 +10,10 @@ import helm_python as helm
 import jsonschema
 import kubernetes_validate
 import pytest
-from chart_render import CHART_DIR, KUBE_VERSION, NAMESPACE, Rendered, render
-from exported_metrics import PROMETHEUS_SERIES, exported_series, referenced_metrics, unknown_metrics
-from operator_schemas import PROMETHEUSRULE_SCHEMA
+
+from .chart_render import CHART_DIR, KUBE_VERSION, NAMESPACE, Rendered, render
+from .exported_metrics import PROMETHEUS_SERIES, exported_series, referenced_metrics, unknown_metrics
+from .operator_schemas import PROMETHEUSRULE_SCHEMA
 
 DASHBOARD_FILE = CHART_DIR / "dashboards" / "koordqos.json"
 MONITORING = {"metrics": {"grafanaDashboard": {"enabled": True}, "prometheusRule": {"enabled": True}}}

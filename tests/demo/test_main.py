@@ -7,13 +7,15 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from koordqos.demo import main as demo_main
 from koordqos.demo.cgtree import REAL_ROOT, unavailable_reason
+from koordqos.demo.options import DemoOptions
+from koordqos.testing.poll import wait_until_sync
 from koordqos.testing.scratchcg import REAL_SUBSYSTEMS
 
 pytestmark = pytest.mark.e2e
@@ -145,20 +147,16 @@ def test_interrupted_real_demo_still_removes_its_cgroups(tmp_path: Path, sig: si
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        made: set[str] = set()
-        while time.monotonic() < deadline and not made:
-            made = scratch_dirs() - before
-            time.sleep(0.05)
-        assert made, "the demo never made its scratch tree"
-        # wait until the probes run inside it (the tree is in use: removal must kill them first)
-        (name,) = made
-        procs = REAL_ROOT / "cpu" / name / "kubepods" / "burstable"
-        while time.monotonic() < deadline:
-            pods = list(procs.glob("pod*/probe/cgroup.procs"))
-            if pods and pods[0].read_text().split():
-                break
-            time.sleep(0.05)
+        wait_until_sync(lambda: bool(scratch_dirs() - before), 60, 0.05, "the demo's scratch tree")
+        (name,) = scratch_dirs() - before
+        # the probes run inside it (the tree is in use: removal must kill them first)
+        probes = REAL_ROOT / "cpu" / name / "kubepods" / "burstable"
+
+        def probes_running() -> bool:
+            files = list(probes.glob("pod*/probe/cgroup.procs"))
+            return bool(files) and bool(files[0].read_text().split())
+
+        wait_until_sync(probes_running, 60, 0.05, "the probes in their cgroup")
         proc.send_signal(sig)
         rc = proc.wait(timeout=60)
     finally:
@@ -173,3 +171,16 @@ def test_interrupted_real_demo_still_removes_its_cgroups(tmp_path: Path, sig: si
     assert report["error"].startswith("interrupted")
     assert report["scratch"]["removed"] is True
     # an occupied cgroup cannot be removed: no probe or burner outlived the demo in it
+
+
+def test_without_root_it_says_so_in_one_line_and_offers_synthetic(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setattr(demo_main, "unavailable_reason", lambda: "not running as root")
+    rc = demo_main.run(DemoOptions(out=tmp_path / "r", live=False))
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "not running as root" in err[0]
+    assert "--synthetic" in err[0]
+    assert not (tmp_path / "r").exists()
