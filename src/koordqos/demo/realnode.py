@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from koordqos.cgroups.resources import CgroupVersion
@@ -130,21 +131,23 @@ class RealNode:
         """Set the besteffort quota by hand."""
         self.tree.set_be_quota(quota)
 
-    def agent_spec(self, interval: float) -> AgentSpec:
-        """The agent in `<scratch>/system`, its cgroup root the bind-mounted scratch tree."""
+    def agent_spec(self, interval: float, name: str = "agent", extra_args: Sequence[str] = ()) -> AgentSpec:
+        """The agent in `<scratch>/system`, its cgroup root the bind-mounted scratch tree (`name` keeps the
+        socket, NodeSLO file and log of several agents apart)."""
         launcher = [sys.executable, "-m", "koordqos.demo.nsexec"]
         for procs in self.tree.procs_files(self.tree.system_dir):
             launcher += ["--join", str(procs)]
-        for name, src in self.tree.mount_sources().items():
-            launcher += ["--bind", str(src), str(self.workdir / "cgroup" / name)]
+        for controller, src in self.tree.mount_sources().items():
+            launcher += ["--bind", str(src), str(self.workdir / "cgroup" / controller)]
         launcher.append("--")
         return AgentSpec(
             cgroup_root=self.workdir / "cgroup",
-            nri_socket=self.workdir / "nri.sock",
-            nodeslo_file=self.workdir / "nodeslo.json",
-            log_file=self.workdir / "agent.log",
+            nri_socket=self.workdir / f"{name}-nri.sock",
+            nodeslo_file=self.workdir / f"{name}-nodeslo.json",
+            log_file=self.workdir / f"{name}.log",
             interval=interval,
             launcher=launcher,
+            extra_args=tuple(extra_args),
         )
 
     def scratch_left(self) -> bool:
