@@ -52,7 +52,7 @@ class KubeConnection:
 
 def setup(ctx: AgentContext) -> list[Component]:
     """Cluster mode: watches + API evictor; local mode: procfs node, NodeSLO file or defaults, NRI pods."""
-    from koordqos.kube.events import EventRecorder
+    from koordqos.kube.eventlimit import RateLimitedRecorder
     from koordqos.kube.evictor import Evictor
     from koordqos.kube.local import LocalSources
     from koordqos.kube.reflector import Reflector, ReflectorSettings
@@ -80,7 +80,7 @@ def setup(ctx: AgentContext) -> list[Component]:
 
     conn = KubeConnection(cfg.kube.kubeconfig)
     ctx.on_shutdown(conn.close)
-    recorder = EventRecorder(conn.get, cfg.node_name)
+    recorder = RateLimitedRecorder(conn.get, cfg.node_name)  # one Event per object and reason a minute
     ctx.services["kube_client"] = conn
     ctx.services["event_recorder"] = recorder
     ctx.services["evictor"] = Evictor(

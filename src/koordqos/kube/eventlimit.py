@@ -8,12 +8,13 @@ server with Events; the first of a burst goes out at once, so an operator still 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import Counter
 
 from koordqos import observability as obs
+from koordqos.kube.client import KubeClient
 from koordqos.kube.events import EventRecorder
 
 EVENTS_HELD = Counter(
@@ -32,21 +33,31 @@ class _Slot:
     held: int = 0
 
 
+def node_reference(name: str, uid: str = "") -> dict[str, str]:
+    """involvedObject for a Node (cluster-scoped: its Events live in "default")."""
+    ref = {"apiVersion": "v1", "kind": "Node", "name": name}
+    if uid:
+        ref["uid"] = uid
+    return ref
+
+
 def object_key(involved: Mapping[str, str]) -> str:
     """One key per involved object (kind, namespace, name)."""
     return f"{involved.get('kind', '')}/{involved.get('namespace', '')}/{involved.get('name', '')}"
 
 
-class RateLimitedRecorder:
-    """Wraps an EventRecorder (see the module docstring)."""
+class RateLimitedRecorder(EventRecorder):
+    """An EventRecorder that holds back repeats (see the module docstring)."""
 
     def __init__(
         self,
-        recorder: EventRecorder,
+        client: Callable[[], Awaitable[KubeClient]],
+        node_name: str,
+        component: str = "koordqos",
         interval: float = DEFAULT_INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.recorder = recorder
+        super().__init__(client, node_name, component)
         self.interval = interval
         self._clock = clock
         self._slots: dict[tuple[str, str], _Slot] = {}
@@ -74,4 +85,4 @@ class RateLimitedRecorder:
             return False
         if held:
             message = f"{message} (+{held} more in the last {self.interval:g} s)"
-        return await self.recorder.record(involved, event_type, reason, message)
+        return await super().record(involved, event_type, reason, message)

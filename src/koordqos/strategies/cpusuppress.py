@@ -9,6 +9,7 @@ Pure: `CPUSuppress.plan` turns inputs into `CgroupSet` intents; the framework re
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,9 @@ from enum import StrEnum
 
 from prometheus_client import Gauge
 
+from koordqos.cgroups.executor import WriteResult
 from koordqos.config import AgentConfig
+from koordqos.kube.eventlimit import node_reference
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
 from koordqos.model.cpuset import format_cpuset
@@ -36,6 +39,7 @@ from koordqos.strategies.intents import (
     BEDir,
     CgroupSet,
 )
+from koordqos.strategies.suppressevents import suppress_event
 from koordqos.strategies.suppresssmoothing import (
     QuotaHysteresis,
     suppress_usage,
@@ -528,6 +532,7 @@ class CPUSuppressStrategy:
     def __init__(self) -> None:
         self.core = CPUSuppress()
         self.last_plan: SuppressPlan | None = None
+        self._events: set[asyncio.Task[bool]] = set()
 
     def enabled(self, config: AgentConfig) -> bool:
         """Gate BECPUSuppress and a positive interval."""
@@ -542,6 +547,7 @@ class CPUSuppressStrategy:
         plan = self.core.plan(build_inputs(state, env))
         self.last_plan = plan
         results = await env.apply(NAME, plan.writes)
+        self._post_event(state, env, results)
         # A recovery is remembered as done only once its writes landed: a failed "-1" or full-cpuset write
         # would otherwise leave BE capped at the last suppressed value until the agent restarts.
         for r in results:
@@ -550,3 +556,13 @@ class CPUSuppressStrategy:
             policy = Policy.CFS_QUOTA if r.write.resource == "cpu.cfs_quota_us" else Policy.CPUSET
             if self.core.statuses.get(policy) is Status.RECOVERED:
                 self.core.statuses[policy] = Status.USING
+
+    def _post_event(self, state: NodeState, env: StrategyEnv, results: Sequence[WriteResult]) -> None:
+        """An Event on the Node when the BE cap moved (posted off the round; rate-limited by the recorder)."""
+        recorder, node, be_dir = env.event_recorder(), state.node, env.be_dir()
+        event = suppress_event(results, be_dir) if be_dir is not None else None
+        if recorder is None or node is None or event is None:
+            return
+        task = asyncio.create_task(recorder.record(node_reference(node.name, node.uid), "Normal", *event))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)

@@ -114,6 +114,10 @@ class StrategyEnv:
 
     # -- metrics / topology --------------------------------------------------------------------------------
 
+    def event_recorder(self) -> Any:
+        """The (rate-limited) Kubernetes Event recorder; None in local mode (no API server)."""
+        return self.services.get("event_recorder")
+
     @property
     def store(self) -> Any:
         """The MetricStore."""
