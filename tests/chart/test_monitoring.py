@@ -89,6 +89,7 @@ def test_dashboard_has_the_operator_figures(dashboard: dict[str, Any]) -> None:
     assert "koordqos_be_suppress_ls_used_cores" in cap_vs_used
     assert "by (strategy, action)" in by_title["Decisions by strategy"][0]
     assert any("koordqos_pod_evictions_total" in e for e in by_title["Evictions"])
+    assert "by (node, namespace, pod, reason)" in by_title["Evicted pods (time range)"][0]
     assert any("koordqos_nri_connected" in e for e in by_title["NRI connection and reconnects"])
     assert "koordqos_nri_request_seconds_bucket" in by_title["NRI request latency p99 (plugin side)"][0]
     assert "koordqos_event_loop_lag_seconds_bucket" in by_title["Event-loop lag p99"][0]

@@ -60,11 +60,11 @@ class PlainView:
 class LiveView:
     """The rich live view: phase progress, current figures, the newest decisions."""
 
-    def __init__(self) -> None:
+    def __init__(self, console: Any = None) -> None:
         from rich.console import Console
         from rich.live import Live
 
-        self.console = Console()
+        self.console = console if console is not None else Console()
         self.live = Live(console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
         self._phase: tuple[Phase, int, int, float] | None = None
