@@ -184,3 +184,17 @@ def test_without_root_it_says_so_in_one_line_and_offers_synthetic(
     assert "not running as root" in err[0]
     assert "--synthetic" in err[0]
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.cgroupv1
+@pytest.mark.usefixtures("real_kernel")
+def test_a_failing_agent_ends_the_demo_with_an_error_and_no_cgroups_left(tmp_path: Path) -> None:
+    before = scratch_dirs()
+    rc, _stdout, stderr = demo(tmp_path, "--phase-seconds", "1", "--agent-arg=--no-such-flag")
+    assert rc == 1
+    assert "the agent exited with 2" in stderr
+    report = load_report(tmp_path)
+    assert "the agent exited with 2" in report["error"]
+    assert report["scratch"]["removed"] is True
+    assert [p["name"] for p in report["phases"]] == ["ls-alone", "be-no-agent"]  # up to the failure
+    assert scratch_dirs() <= before

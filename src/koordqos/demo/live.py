@@ -111,12 +111,8 @@ class LiveView:
         for col in ("t", "action", "target", "old → new"):
             dec.add_column(col)
         for d in self._decisions:
-            dec.add_row(
-                f"{d.t:.1f} s",
-                d.action,
-                d.target.rsplit("/", 2)[-2] + "/" + d.target.rsplit("/", 1)[-1],
-                f"{d.old} → {d.new}",
-            )
+            short = "/".join(d.target.split("/")[-2:])  # besteffort/cpu.cfs_quota_us
+            dec.add_row(f"{d.t:.1f} s", d.action, short, f"{d.old} → {d.new}")
         parts.append(Panel(dec, title=f"CPU suppress decisions ({self._count})"))
         for n in self._notes:
             parts.append(f"[dim]{n}[/]")

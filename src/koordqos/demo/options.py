@@ -25,6 +25,7 @@ class DemoOptions:
     out: Path = Path("koordqos-demo-report")
     live: bool = True
     agent_ready_timeout: float = 60.0
+    agent_args: tuple[str, ...] = ()  # extra `koordqos run` flags, e.g. koordlet's planner
 
     @property
     def ls_request_milli(self) -> int:
@@ -84,6 +85,13 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", type=Path, default=d.out, help="directory for the report (JSON and PNG)")
     p.add_argument("--no-live", action="store_true", help="print plain lines instead of the live view")
+    p.add_argument(
+        "--agent-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="extra flag for the agent, repeatable (e.g. --agent-arg=--cpu-suppress-hysteresis-percent=0)",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> DemoOptions:
@@ -102,4 +110,5 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
         root_shares=args.root_shares,
         out=args.out,
         live=not args.no_live,
+        agent_args=tuple(args.agent_arg),
     )

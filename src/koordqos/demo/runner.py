@@ -124,6 +124,7 @@ class Runner:
             self.view.note("calibrating the probes' work …")
             result.iterations = await asyncio.to_thread(calibrate, opts.work_ms)
         spec = backend.agent_spec(opts.interval)
+        spec.extra_args = (*spec.extra_args, *opts.agent_args)
         runtime = MockRuntime(spec.nri_socket, runtime_name="containerd")
         runtime.pods, runtime.containers = demo_pods(opts.ls_request_milli)
         ticker = asyncio.create_task(self._tick_forever()) if backend.kind == "synthetic" else None
@@ -166,7 +167,8 @@ class Runner:
     async def _start_agent(self, spec: AgentSpec) -> float:
         write_nodeslo(spec.nodeslo_file, self.opts.threshold_percent)
         self.agent = AgentProcess(spec)
-        self.view.note(f"starting the agent (python -m koordqos run, local mode; log {spec.log_file})")
+        log = self.opts.out / "agent.log"
+        self.view.note(f"starting the agent (python -m koordqos run, local mode; its log: {log})")
         await self.agent.start()
         ready = asyncio.create_task(self.agent.wait_ready(self.opts.agent_ready_timeout))
         await self._sample_until(STARTING, ready)
