@@ -183,7 +183,7 @@ class PodTree:
         return [self.root / rel / "cgroup.procs"]
 
     def own_cgroups(self) -> dict[Path, str]:
-        """This process's current cgroup per hierarchy: {cgroup.procs file to write to go back: pid}."""
+        """This process's current cgroups: {the cgroup.procs file that moves it back there: cgroup path}."""
         here: dict[Path, str] = {}
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             _, controllers, path = line.split(":", 2)

@@ -76,11 +76,10 @@ def run(opts: DemoOptions) -> int:
         write_chart(result, out)
     else:
         files.pop("png")
-    path = write_json(result, out, files)
+    write_json(result, out, files)
     _summary(result, files)
     if result.error:
         print(f"koordqos demo: {result.error}", file=sys.stderr)
-    del path
     return rc
 
 

@@ -116,7 +116,7 @@ class Recorder:
         pts = [p for p in self.points if p.phase == name]
         lat = self.latencies.get(name, [])
         span = max(end - start, 1e-9)
-        covered = sum(1 for _ in pts)
+        covered = len(pts)
         writes = [
             d
             for d in self.decisions
