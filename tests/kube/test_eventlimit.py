@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from koordqos import observability as obs
 from koordqos.kube import KubeConnection
-from koordqos.kube.eventlimit import RateLimitedRecorder, node_reference
+from koordqos.kube.eventlimit import RateLimitedRecorder
 from koordqos.kube.events import pod_reference
 from koordqos.testing.fake_apiserver import FakeAPIServer
 
@@ -21,7 +21,7 @@ async def test_repeats_within_the_interval_are_held_back_and_summed(
 ) -> None:
     now = [100.0]
     rec = RateLimitedRecorder(conn.get, NODE, interval=60, clock=lambda: now[0])
-    node = node_reference(NODE, "uid-n")
+    node = {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "uid-n"}
     before = held("BECPUSuppressed")
     assert await rec.record(node, "Normal", "BECPUSuppressed", "quota -1 → 2000 µs") is True
     now[0] += 10

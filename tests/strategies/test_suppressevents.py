@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from koordqos.cgroups.executor import CgroupWrite, Outcome, WriteResult
-from koordqos.strategies.suppressevents import EVENT_REASON, EVENT_REASON_RECOVERED, suppress_event
+from koordqos.strategies.suppressevents import (
+    EVENT_REASON,
+    EVENT_REASON_RECOVERED,
+    node_reference,
+    suppress_event,
+)
 
 BE = "kubepods/besteffort"
 
@@ -35,3 +40,8 @@ def test_nothing_landed_no_event() -> None:
 def test_a_cpuset_change_of_the_besteffort_dir_is_an_event() -> None:
     ev = suppress_event([result(BE, "cpuset.cpus", "0-1", Outcome.WRITTEN, old="0-15")], BE)
     assert ev == (EVENT_REASON, "best-effort cpuset 0-15 → 0-1")
+
+
+def test_the_event_is_on_the_node() -> None:
+    assert node_reference("n1", "u1") == {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u1"}
+    assert "uid" not in node_reference("n1")

@@ -33,14 +33,6 @@ class _Slot:
     held: int = 0
 
 
-def node_reference(name: str, uid: str = "") -> dict[str, str]:
-    """involvedObject for a Node (cluster-scoped: its Events live in "default")."""
-    ref = {"apiVersion": "v1", "kind": "Node", "name": name}
-    if uid:
-        ref["uid"] = uid
-    return ref
-
-
 def object_key(involved: Mapping[str, str]) -> str:
     """One key per involved object (kind, namespace, name)."""
     return f"{involved.get('kind', '')}/{involved.get('namespace', '')}/{involved.get('name', '')}"

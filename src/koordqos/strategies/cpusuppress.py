@@ -19,7 +19,6 @@ from prometheus_client import Gauge
 
 from koordqos.cgroups.executor import WriteResult
 from koordqos.config import AgentConfig
-from koordqos.kube.eventlimit import node_reference
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
 from koordqos.model.cpuset import format_cpuset
@@ -39,7 +38,7 @@ from koordqos.strategies.intents import (
     BEDir,
     CgroupSet,
 )
-from koordqos.strategies.suppressevents import suppress_event
+from koordqos.strategies.suppressevents import node_reference, suppress_event
 from koordqos.strategies.suppresssmoothing import (
     QuotaHysteresis,
     suppress_usage,

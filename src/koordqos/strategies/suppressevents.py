@@ -16,6 +16,14 @@ EVENT_REASON_RECOVERED = "BECPURecovered"
 _LANDED = (Outcome.WRITTEN,)  # dry-run changes nothing: no Event either
 
 
+def node_reference(name: str, uid: str = "") -> dict[str, str]:
+    """The Event's involvedObject: the Node (cluster-scoped, so its Events live in "default")."""
+    ref = {"apiVersion": "v1", "kind": "Node", "name": name}
+    if uid:
+        ref["uid"] = uid
+    return ref
+
+
 def suppress_event(results: Sequence[WriteResult], be_dir: str) -> tuple[str, str] | None:
     """(reason, message) for the besteffort dir's quota or cpuset change in `results`, or None."""
     for r in results:
