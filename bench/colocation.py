@@ -273,9 +273,9 @@ def main() -> int:
         args.rounds, args.phase_seconds, args.settle = 1, 3.0, 1.0
     args.ls_request_milli = round(args.probes * 1000 / 2.5)
     reason = unavailable_reason()
-    if reason:
-        print(f"colocation benchmark needs the real kernel: {reason}")
-        return 2
+    if reason:  # not an error for `nox -s bench` on a machine without root: say why and skip
+        print(f"colocation benchmark skipped: it needs the real kernel ({reason})")
+        return 0
     workdir = Path(tempfile.mkdtemp(prefix="kqbench-", dir="/tmp"))
     load_start = os.getloadavg()
     with ExitGuard() as guard:
