@@ -21,10 +21,12 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff lint and format check."""
-    session.install("ruff>=0.6")
+    """ruff lint and format check, the layer rule (import-linter contracts in pyproject), no import cycle."""
+    session.install("-e", ".", "ruff>=0.6", "import-linter>=2.1")
     session.run("ruff", "check", "src", "tests", "bench", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "bench", "noxfile.py")
+    session.run("lint-imports")
+    session.run("python", ".ci/import_cycles.py")
 
 
 @nox.session(python=PYTHON)

@@ -17,7 +17,28 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from koordqos.errors import ConfigError
 from koordqos.features import parse_feature_gates
 
-FailurePolicy = Literal["Ignore", "Fail"]
+FailurePolicy = Literal["Ignore", "Fail"]  # the one definition: hook core, NRI and proxy use it
+
+# koordlet's RuntimeHookType values in their fixed order (`koordqos.hooks.context.Stage` is the enum of these)
+HOOK_STAGES: tuple[str, ...] = (
+    "PreRunPodSandbox",
+    "PostStopPodSandbox",
+    "PreCreateContainer",
+    "PreStartContainer",
+    "PostStartContainer",
+    "PreUpdateContainerResources",
+    "PostStopContainer",
+    "PreRemoveRunPodSandbox",
+)
+
+
+def parse_failure_policy(text: str) -> FailurePolicy:
+    """koordlet GetFailurePolicyType: exactly `Fail` or `Ignore`."""
+    if text == "Fail":
+        return "Fail"
+    if text == "Ignore":
+        return "Ignore"
+    raise ConfigError(f"runtime hooks failure policy {text!r}: expected Fail or Ignore")
 
 
 class _Group(BaseModel):
@@ -86,13 +107,10 @@ class HookSettings(_Group):
     @field_validator("disable_stages", mode="before")
     @classmethod
     def _stages(cls, v: Any) -> tuple[str, ...]:
-        from koordqos.hooks.context import Stage
-
         items = [s.strip() for s in v.split(",")] if isinstance(v, str) else list(v or ())
-        names = {s.value for s in Stage}
         for item in items:
-            if item and item not in names:
-                raise ValueError(f"unknown stage {item!r} (known: {', '.join(s.value for s in Stage)})")
+            if item and item not in HOOK_STAGES:
+                raise ValueError(f"unknown stage {item!r} (known: {', '.join(HOOK_STAGES)})")
         return tuple(i for i in items if i)
 
 

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from koordqos.agent import AgentContext
 from koordqos.config import AgentConfig, add_flags, build_config, load_config
 from koordqos.decisions import DecisionLog
 from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.state import NodeState
-from koordqos.strategies import setup
 from koordqos.strategies.framework import QoSManager, StrategyEnv
 from koordqos.strategies.intents import CFS_QUOTA, CgroupSet
-from koordqos.strategies.registry import ORDER, registered
+from koordqos.strategies.registry import ORDER, build_all, registered
 
 
 class Fake:
@@ -39,23 +38,26 @@ class Fake:
             raise RuntimeError("boom")
 
 
-def ctx(tree: dict[str, Any] | None = None) -> AgentContext:
+def ctx(tree: dict[str, Any] | None = None) -> Any:
+    """What QoSManager is wired with (config, bus, decisions, status, services by name)."""
     cfg = build_config(tree or {})
-    return AgentContext(cfg, EventBus(), DecisionLog(dry_run=cfg.dry_run), local_mode=True)
+    return SimpleNamespace(
+        config=cfg, bus=EventBus(), decisions=DecisionLog(dry_run=cfg.dry_run), status={}, services={}
+    )
 
 
 def test_registry_order_and_default_enablement() -> None:
     names = registered()
     assert names == [n for n in ORDER if n in names]
     assert {"CPUSuppress", "CPUEvict", "MemoryEvict"} <= set(names)
-    manager = setup(ctx())[0]
+    manager = QoSManager(ctx(), build_all())
     assert isinstance(manager, QoSManager)
     assert "CPUSuppress" in manager.runners  # BECPUSuppress is on by default
     assert {"CPUEvict", "MemoryEvict"} <= set(manager.disabled)  # eviction gates are off by default
 
 
 def test_zero_interval_disables_even_with_gate_on() -> None:
-    manager = setup(ctx({"qos": {"cpu_suppress_interval_seconds": 0}}))[0]
+    manager = QoSManager(ctx({"qos": {"cpu_suppress_interval_seconds": 0}}), build_all())
     assert isinstance(manager, QoSManager)
     assert "CPUSuppress" in manager.disabled
 

@@ -17,7 +17,8 @@ from typing import Protocol
 import structlog
 
 from koordqos.hooks.context import ContainerContext, KubeQoSContext, Stage, qos_from_labels
-from koordqos.hooks.framework import HookFn
+from koordqos.hooks.framework import HookFn, HookPlugin, HookSpec, Level, Reconciler
+from koordqos.hooks.options import HookOptions
 from koordqos.hooks.rules import ClassCPUQOS, SLOView
 from koordqos.model.qos import KubeQoS, QoSClass
 
@@ -303,7 +304,7 @@ class CookieManager:
             entry.pids.difference_update(p for p in todo if p not in failed)
 
 
-class CoreSched:
+class CoreSched(HookPlugin):
     """The hook plugin (reconciler only: no stage hooks)."""
 
     name = NAME
@@ -319,6 +320,14 @@ class CoreSched:
     def stage_hooks(self) -> dict[Stage, tuple[str, HookFn]]:
         """No stage hooks."""
         return {}
+
+    def reconcilers(self) -> list[Reconciler]:
+        """cpu.idle of the kube-QoS dirs (the cookies are the reconciler's own step)."""
+        return [Reconciler(Level.KUBE_QOS, "cpu.idle", self.set_kube_qos_cpu_idle)]
+
+    def update_slo(self, view: SLOView) -> bool:
+        """The core-sched rule from the NodeSLO."""
+        return self.update_rule(view)
 
     def update_rule(self, view: SLOView) -> bool:
         """Parse the rule; True when it changed."""
@@ -358,3 +367,10 @@ def _is_container_dir(name: str) -> bool:
     if name.endswith(".scope"):
         return any(name.startswith(p) for p in ("docker-", "cri-containerd-", "crio-", "pouch-"))
     return len(name) >= 12 and all(c in "0123456789abcdef" for c in name)
+
+
+def _build(opts: HookOptions) -> CoreSched:
+    return CoreSched(opts.core_sched_supported, opts.core_sched_reason, opts.cookie_ops)
+
+
+HOOK = HookSpec(NAME, GATE, _build)
