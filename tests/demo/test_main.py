@@ -75,7 +75,7 @@ def check_common(report: dict[str, Any], out: Path) -> dict[str, dict[str, Any]]
 
 def test_synthetic_demo_reports_the_agents_decisions(tmp_path: Path) -> None:
     out = tmp_path / "report"
-    rc, stdout, stderr = demo(out, "--synthetic", "--phase-seconds", "4", "--interval", "0.2")
+    rc, stdout, stderr = demo(out, "--synthetic", "--phase-seconds", "5", "--interval", "0.5")
     assert rc == 0, stderr
     report = load_report(out)
     assert report["mode"] == "synthetic"
