@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import random
 import signal
 import time
@@ -27,11 +28,13 @@ from koordqos.cgroups import CgroupExecutor, CgroupLayout, CgroupReader, describ
 from koordqos.component import Component, FunctionComponent, ShutdownStep
 from koordqos.config import AgentConfig, parse_failure_policy
 from koordqos.decisions import DecisionLog
+from koordqos.errors import ConfigError
 from koordqos.events.bus import EventBus
 from koordqos.hooks import build_runtime_hooks
 from koordqos.hooks.core import HookCore
 from koordqos.hooks.reconciler import HookReconciler
 from koordqos.hooks.runtime import RuntimeHooks
+from koordqos.host import HostActuator, PrctlCookieOps
 from koordqos.kube import KubeConnection, cluster_sources
 from koordqos.kube.eventlimit import RateLimitedRecorder
 from koordqos.kube.events import EventRecorder
@@ -47,6 +50,8 @@ from koordqos.nri.plugin import NRIPlugin
 from koordqos.nri.session import no_hooks
 from koordqos.proxy import build_server
 from koordqos.proxy.server import ProxyServer
+from koordqos.report.build import Reporters, build_reporters
+from koordqos.report.nrt import NRTDesired
 from koordqos.server.http import HTTPServer
 from koordqos.state import NodeState
 from koordqos.strategies import build_qos_manager
@@ -57,7 +62,7 @@ log = structlog.get_logger("koordqos.agent")
 READY_SOURCES = frozenset({"pods", "node", "nodeslo"})
 
 # the packages that contribute components, in the order their components are built
-PACKAGES = ("metrics", "kube", "strategies", "hooks", "nri", "proxy", "server")
+PACKAGES = ("metrics", "kube", "strategies", "hooks", "report", "nri", "proxy", "server")
 
 __all__ = ["PACKAGES", "Agent", "Component", "FunctionComponent", "Parts", "Services", "build_services"]
 
@@ -73,6 +78,7 @@ class Services:
     status: dict[str, Any]  # shown by /readyz and /debug/state
     layout: CgroupLayout
     executor: CgroupExecutor
+    host: HostActuator
     reader: CgroupReader
     topology: CpuTopology
     metric_store: MetricStore
@@ -101,6 +107,14 @@ def build_services(
         force_update_seconds=config.executor.resource_force_update_seconds,
         dry_run=config.dry_run or None,
     )
+    cookies = config.gate("CoreSched") and os.name == "posix" and layout.core_sched_supported()[0]
+    host = HostActuator(
+        decisions,
+        proc_root=paths.proc_root,
+        sys_root=paths.sys_root,
+        dry_run=config.dry_run or None,
+        cookie_ops=PrctlCookieOps() if cookies else None,
+    )
     kube: KubeConnection | None = None
     recorder: EventRecorder | None = None
     if not local_mode:
@@ -126,6 +140,7 @@ def build_services(
         status=status,
         layout=layout,
         executor=executor,
+        host=host,
         reader=CgroupReader(layout),
         topology=read_topology(paths.sys_root),
         metric_store=MetricStore(config.metrics.retention_seconds, config.metrics.collect_interval_seconds),
@@ -147,6 +162,7 @@ class Parts:
     reflectors: list[Component] = field(default_factory=list)
     qos_manager: QoSManager | None = None
     reconciler: HookReconciler | None = None
+    reporters: Reporters | None = None
     nri: NRIPlugin | None = None
     proxy: ProxyServer | None = None
     http: HTTPServer | None = None
@@ -156,7 +172,9 @@ class Parts:
         out: list[Component] = []
         out += [c for c in (self.collector, self.local_sources) if c is not None]
         out += self.reflectors
-        out += [c for c in (self.qos_manager, self.reconciler, self.nri, self.proxy, self.http) if c]
+        out += [c for c in (self.qos_manager, self.reconciler) if c]
+        out += self.reporters.components if self.reporters is not None else []
+        out += [c for c in (self.nri, self.proxy, self.http) if c]
         return out
 
 
@@ -323,6 +341,7 @@ class Agent:
                 layout=svc.layout,
                 reader=svc.reader,
                 executor=svc.executor,
+                host=svc.host,
                 metric_store=svc.metric_store,
                 topology=svc.topology,
                 evictor=svc.evictor,
@@ -331,6 +350,8 @@ class Agent:
         hooks_on = "hooks" in on
         if hooks_on:
             parts.reconciler = self._build_reconciler(svc)
+        if "report" in on:
+            parts.reporters = self._build_reporters(svc, hooks_on)
         if "nri" in on:
             if cfg.nri.enabled:
                 handler = NRIHooks(svc.hook_core, svc.layout) if hooks_on else no_hooks
@@ -347,6 +368,30 @@ class Agent:
         if "server" in on:
             parts.http = HTTPServer(cfg.server, self)
         return parts
+
+    def _build_reporters(self, svc: Services, hooks_on: bool) -> Reporters:
+        """NodeMetric, NodeResourceTopology and (standalone) batch capacity; the NRT result feeds the
+        CPUSetAllocator hook's share pools."""
+        cfg = self.config
+        if cfg.report.batch_resource_source == "agent" and svc.kube is None:
+            raise ConfigError(
+                "--batch-resource-source=agent needs a cluster (no kubeconfig or service account)"
+            )
+        hooks = svc.hooks
+
+        def on_topology(want: NRTDesired) -> None:
+            if hooks_on:
+                hooks.update_topology(want.annotations)
+
+        reporters = build_reporters(
+            cfg,
+            svc.bus,
+            svc.topology,
+            svc.kube.get if svc.kube is not None else None,
+            on_topology=on_topology,
+        )
+        svc.status["report"] = reporters
+        return reporters
 
     def _build_reconciler(self, svc: Services) -> HookReconciler:
         cfg, hooks = self.config, svc.hooks
@@ -365,10 +410,10 @@ class Agent:
             hooks,
             svc.layout,
             svc.executor,
+            svc.host,
             svc.decisions,
             bus=svc.bus,
             interval=cfg.hooks.reconcile_interval_seconds,
-            proc_root=cfg.paths.proc_root,
         )
 
     # -- what the HTTP endpoints read (server.http.AgentView) ------------------------------------
@@ -420,6 +465,9 @@ class Agent:
                 loop.add_signal_handler(sig, self.stop)
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
+        reporters = self.parts.reporters
+        if reporters is not None and reporters.batch is not None:
+            await reporters.batch.preflight()  # ConfigError (exit 2) when koord-manager owns batch resources
         log.info("components starting", components=[c.name for c in self.components])
         tasks: list[asyncio.Task[None]] = []
         try:

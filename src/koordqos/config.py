@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from koordqos.errors import ConfigError
 from koordqos.features import parse_feature_gates
+from koordqos.model.duration import parse_go_duration
 
 FailurePolicy = Literal["Ignore", "Fail"]  # the one definition: hook core, NRI and proxy use it
 
@@ -131,6 +132,12 @@ class QoSSettings(_Group):
     # the value is accepted for compatibility and reported, not a switch to killing containers.
     only_evict_by_api: bool = False
     extension_plugins: dict[str, bool] = Field(default_factory=dict)
+    # project decisions of the reconcile strategies (docs/reconcile.md), koordlet's behaviour behind each
+    blkio_v2_io_files: bool = (
+        True  # cgroup v2: blkio throttles → io.max, weight → io.weight (koordlet: v1 only)
+    )
+    system_config_restore: bool = True  # a sysctl removed from the NodeSLO gets its pre-koordqos value back
+    resctrl_task_sweep_seconds: float = Field(10.0, ge=0)  # 0: every pod's threads every round (koordlet)
 
     @field_validator("extension_plugins", mode="before")
     @classmethod
@@ -156,6 +163,59 @@ class MetricsSettings(_Group):
 
     collect_interval_seconds: float = Field(1.0, gt=0)
     retention_seconds: float = Field(600.0, gt=0)
+
+
+def _seconds(v: Any) -> Any:
+    """Seconds as a number, or a Go duration string (`3s`, `1m30s`) as koordlet's flags take."""
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return parse_go_duration(v)
+    return v
+
+
+class ReportSettings(_Group):
+    """Reports to Koordinator's control plane: NodeMetric status, NodeResourceTopology, batch capacity."""
+
+    node_metric_enabled: bool = True
+    min_write_interval_seconds: float = Field(10.0, ge=0)
+    node_topology_sync_interval_seconds: float = Field(3.0, gt=0)
+    node_topology_resync_seconds: float = Field(60.0, gt=0)
+    kubelet_root: Path = Path("/var/lib/kubelet")
+    disable_query_kubelet_config: bool = False
+    kubelet_cpu_manager_policy: Literal["", "none", "static"] = ""
+    kubelet_cpu_manager_policy_options: dict[str, str] = Field(default_factory=dict)
+    kubelet_reserved_cpus: str = ""
+    kubelet_topology_manager_policy: str = ""
+    kubelet_topology_manager_scope: str = ""
+    batch_resource_source: Literal["manager", "agent"] = "manager"
+
+    @field_validator("node_topology_sync_interval_seconds", "node_topology_resync_seconds", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return _seconds(v)
+
+    @field_validator("kubelet_cpu_manager_policy_options", mode="before")
+    @classmethod
+    def _options(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            out: dict[str, str] = {}
+            for part in filter(None, (p.strip() for p in v.split(","))):
+                key, sep, value = part.partition("=")
+                if not sep or not key.strip():
+                    raise ValueError(f"invalid entry {part!r}: expected name=value")
+                out[key.strip()] = value.strip()
+            return out
+        return v
+
+    @field_validator("kubelet_reserved_cpus")
+    @classmethod
+    def _cpus(cls, v: str) -> str:
+        from koordqos.model.cpuset import cpu_set
+
+        cpu_set(v)  # ValueError with the text when malformed
+        return v
 
 
 class ExecutorSettings(_Group):
@@ -196,6 +256,7 @@ class AgentConfig(_Group):
     hooks: HookSettings = HookSettings()
     qos: QoSSettings = QoSSettings()
     metrics: MetricsSettings = MetricsSettings()
+    report: ReportSettings = ReportSettings()
     executor: ExecutorSettings = ExecutorSettings()
     server: ServerSettings = ServerSettings()
     log: LogSettings = LogSettings()
@@ -318,9 +379,88 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("qos-extension-plugins", "qos.extension_plugins", "QoS extension plugin gates, e.g. name=true"),
     Flag(
+        "blkio-v2-io-files",
+        "qos.blkio_v2_io_files",
+        "cgroup v2: blkio throttles go to io.max and the weight to io.weight (false: koordlet, v1 only)",
+        bool,
+    ),
+    Flag(
+        "system-config-restore",
+        "qos.system_config_restore",
+        "a systemStrategy field removed from the NodeSLO restores the file's earlier value (false: koordlet)",
+        bool,
+    ),
+    Flag(
+        "resctrl-task-sweep-seconds",
+        "qos.resctrl_task_sweep_seconds",
+        "every pod's threads are re-read for resctrl at least this often (0: every round, koordlet)",
+        float,
+    ),
+    Flag(
         "collect-interval", "metrics.collect_interval_seconds", "metrics collection period in seconds", float
     ),
     Flag("metrics-retention-seconds", "metrics.retention_seconds", "metrics history kept in memory", float),
+    Flag(
+        "enable-node-metric-report", "report.node_metric_enabled", "write this node's NodeMetric status", bool
+    ),
+    Flag(
+        "node-metric-min-write-interval-seconds",
+        "report.min_write_interval_seconds",
+        "never write the NodeMetric status more often; an unchanged report is not rewritten within it",
+        float,
+    ),
+    Flag(
+        "node-topology-sync-interval",
+        "report.node_topology_sync_interval_seconds",
+        "NodeResourceTopology recompute period (seconds or a duration like 3s; gate NodeTopologyReport)",
+    ),
+    Flag(
+        "node-topology-resync-seconds",
+        "report.node_topology_resync_seconds",
+        "re-read the NodeResourceTopology from the API server at least this often (recreates a deleted one)",
+        float,
+    ),
+    Flag("kubelet-root-dir", "report.kubelet_root", "kubelet root dir (cpu_manager_state checkpoint)"),
+    Flag(
+        "disable-query-kubelet-config",
+        "report.disable_query_kubelet_config",
+        "do not read the kubelet's /configz through the API server's node proxy",
+        bool,
+    ),
+    Flag(
+        "kubelet-cpu-manager-policy",
+        "report.kubelet_cpu_manager_policy",
+        "the kubelet's CPU manager policy, overriding /configz (none or static)",
+        str,
+        ("", "none", "static"),
+    ),
+    Flag(
+        "kubelet-cpu-manager-policy-options",
+        "report.kubelet_cpu_manager_policy_options",
+        "the kubelet's CPU manager policy options, e.g. full-pcpus-only=true",
+    ),
+    Flag(
+        "kubelet-reserved-cpus",
+        "report.kubelet_reserved_cpus",
+        "the kubelet's reservedSystemCPUs (static policy), overriding /configz",
+    ),
+    Flag(
+        "kubelet-topology-manager-policy",
+        "report.kubelet_topology_manager_policy",
+        "the kubelet's topology manager policy, overriding /configz",
+    ),
+    Flag(
+        "kubelet-topology-manager-scope",
+        "report.kubelet_topology_manager_scope",
+        "the kubelet's topology manager scope (container or pod), overriding /configz",
+    ),
+    Flag(
+        "batch-resource-source",
+        "report.batch_resource_source",
+        "who sets the Node's batch-cpu/batch-memory: manager (koord-manager) or agent (standalone)",
+        str,
+        ("manager", "agent"),
+    ),
     Flag(
         "resource-force-update-seconds",
         "executor.resource_force_update_seconds",

@@ -30,6 +30,9 @@ class CPUSetAllocator(HookPlugin):
         self.rule: TopologyView | None = None
         self.disable_unset_cpu_quota = disable_unset_cpu_quota
         self.be_cpu_manager = be_cpu_manager
+        # True once the agent's own NodeResourceTopology computation feeds the rule (koordlet reads the NRT's
+        # annotations); from then on the Node's annotations no longer replace it
+        self.from_topology = False
 
     def stage_hooks(self) -> dict[Stage, tuple[str, HookFn]]:
         """Stage → (description, fn)."""
@@ -55,8 +58,17 @@ class CPUSetAllocator(HookPlugin):
         return out
 
     def update_node(self, node: NodeRules) -> bool:
-        """The share pools, kubelet policy and SYSTEM cpuset from the node annotations."""
+        """Before the topology computation runs: share pools, kubelet policy and SYSTEM cpuset from the Node's
+        annotations (where an operator may have put them); afterwards the computation is the source."""
+        if self.from_topology:
+            return False
         return self.update_rule(node.topology())
+
+    def update_topology(self, view: TopologyView) -> bool:
+        """The rule from the agent's NodeResourceTopology annotations (share pools of the same computation
+        the NRT reports); True when it changed."""
+        self.from_topology = True
+        return self.update_rule(view)
 
     def update_rule(self, view: TopologyView) -> bool:
         """Take new topology inputs; True when they differ from the current rule."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
 from koordqos.features import DEFAULT_GATES
 
@@ -37,7 +37,7 @@ class HookOptions:
     bvt: BvtSystem = field(default_factory=BvtSystem)
     core_sched_supported: bool = False
     core_sched_reason: str = "not probed"
-    cookie_ops: Any = None
+    resctrl_root: Path | None = None  # the mounted resctrl (`<sys>/fs/resctrl`); None without L3 CAT
 
     def gate(self, name: str) -> bool:
         """A feature gate, koordlet's default when not set."""

@@ -36,6 +36,7 @@ from koordqos.hooks.rules import (
     RuleError,
     cpu_normalization_ratio,
     slo_view,
+    topology_view,
 )
 from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO
@@ -129,6 +130,21 @@ class RuntimeHooks:
                         self._report(f"{p.name} rule not updated", exc)
         self.pending_updates |= updated
         return updated
+
+    def update_topology(self, annotations: Mapping[str, str]) -> bool:
+        """The agent's NodeResourceTopology annotations changed: the CPUSetAllocator takes its share pools
+        from them (RuleError is logged once and the rule kept); True when a rule changed."""
+        cpuset = self.cpuset
+        if cpuset is None:
+            return False
+        try:
+            changed = cpuset.update_topology(topology_view(annotations))
+        except RuleError as exc:
+            self._report(f"{cpuset.name} rule not updated", exc)
+            return False
+        if changed:
+            self.pending_updates.add(cpuset.name)
+        return changed
 
     def _report(self, message: str, exc: RuleError) -> None:
         """Count a bad node annotation every time it is parsed; log each distinct error once."""

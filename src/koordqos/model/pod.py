@@ -86,6 +86,7 @@ class PodInfo(BaseModel):
     creation_timestamp: str = ""  # RFC 3339; sorts chronologically as a string
     host_network: bool = False
     runtime_class_name: str = ""
+    volumes: Mapping[str, str] = Field(default_factory=dict)  # volume name → PVC claim name ("" if not a PVC)
     parse_problems: Mapping[str, str] = Field(default_factory=dict)  # malformed quantities seen by parse_pod
 
     @property
@@ -363,12 +364,27 @@ def parse_pod(raw: Mapping[str, Any], source: str = "api") -> PodInfo:
         creation_timestamp=str(meta.get("creationTimestamp") or ""),
         host_network=spec.get("hostNetwork") is True,
         runtime_class_name=str(spec.get("runtimeClassName") or ""),
+        volumes=_volumes(spec.get("volumes")),
         parse_problems=problems,
     )
     for key, msg in problems.items():
         report_problem("pod", pod.uid, pod.key, key, msg, msg)
     _ = pod.ext  # parse labels/annotations now so malformed ones are reported at ingestion
     return pod
+
+
+def _volumes(value: Any) -> dict[str, str]:
+    """spec.volumes → {name: PVC claim name, "" for other kinds} (blkio resolves pod volumes by name)."""
+    out: dict[str, str] = {}
+    if not isinstance(value, list):
+        return out
+    for vol in value:
+        if not isinstance(vol, Mapping) or not isinstance(vol.get("name"), str):
+            continue
+        pvc = vol.get("persistentVolumeClaim")
+        claim = pvc.get("claimName") if isinstance(pvc, Mapping) else None
+        out[vol["name"]] = claim if isinstance(claim, str) else ""
+    return out
 
 
 def _str_map(value: Any) -> dict[str, str]:

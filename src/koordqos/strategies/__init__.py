@@ -1,13 +1,13 @@
 """koordqos.strategies: the QoS manager (strategy framework) and its strategies.
 
 `build_qos_manager` builds every registered strategy (registry.py; CPUSuppress, CPUEvict, MemoryEvict, …)
-into the `QoSManager` component, which subscribes each enabled one to metric ticks.
+into the `QoSManager` component, which subscribes each enabled one to metric ticks. Strategies read and act
+through one typed `StrategyEnv` (layout, reader, executor, metric store, topology, host actuator, evictor).
 """
 
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,18 +17,10 @@ if TYPE_CHECKING:
     from koordqos.config import AgentConfig
     from koordqos.decisions import DecisionLog
     from koordqos.events.bus import EventBus
+    from koordqos.host import HostActuator
     from koordqos.metrics.store import MetricStore
     from koordqos.metrics.topology import CpuTopology
     from koordqos.strategies.framework import Evictor, QoSManager
-
-
-@dataclass(frozen=True)
-class _Wiring:
-    config: AgentConfig
-    bus: EventBus
-    decisions: DecisionLog
-    status: MutableMapping[str, Any]
-    services: dict[str, Any]
 
 
 def build_qos_manager(
@@ -40,23 +32,26 @@ def build_qos_manager(
     layout: CgroupLayout,
     reader: CgroupReader,
     executor: CgroupExecutor,
+    host: HostActuator,
     metric_store: MetricStore,
-    topology: CpuTopology,
+    topology: CpuTopology | None,
     evictor: Evictor | None,
     recorder: Any = None,  # the (rate-limited) Event recorder, cluster mode only
 ) -> QoSManager:
     """The QoS manager component over every registered strategy."""
-    from koordqos.strategies.framework import QoSManager
+    from koordqos.strategies.framework import QoSManager, StrategyEnv
     from koordqos.strategies.registry import build_all
 
-    # StrategyEnv still looks its dependencies up by name; the names stay private to this package
-    services: dict[str, Any] = {
-        "cgroup_layout": layout,
-        "cgroup_reader": reader,
-        "executor": executor,
-        "metric_store": metric_store,
-        "topology": topology,
-        "evictor": evictor,
-        "event_recorder": recorder,
-    }
-    return QoSManager(_Wiring(config, bus, decisions, status, services), build_all())
+    env = StrategyEnv(
+        config=config,
+        decisions=decisions,
+        layout=layout,
+        reader=reader,
+        executor=executor,
+        store=metric_store,
+        host=host,
+        topology=topology,
+        evictor=evictor,
+        events=recorder,
+    )
+    return QoSManager(env, bus, build_all(), status=status)
