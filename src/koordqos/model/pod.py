@@ -291,9 +291,9 @@ def _container_states(statuses: Any) -> dict[str, tuple[str, str]]:
     for st in statuses:
         if not isinstance(st, dict):
             continue
-        state = st.get("state") or {}
+        state = _mapping(st.get("state"))
         kind = next((k for k in ("running", "terminated", "waiting") if k in state), "")
-        out[str(st.get("name", ""))] = (str(st.get("containerID") or ""), kind)
+        out[_text(st.get("name"))] = (_text(st.get("containerID")), kind)
     return out
 
 
@@ -307,8 +307,8 @@ def _containers(
     for spec in specs:
         if not isinstance(spec, dict):
             continue
-        name = str(spec.get("name", ""))
-        res = spec.get("resources") or {}
+        name = _text(spec.get("name"))
+        res = _mapping(spec.get("resources"))
         requests, errs = parse_resource_list(res.get("requests") or {})
         limits, lerrs = parse_resource_list(res.get("limits") or {})
         for err in (*errs, *lerrs):
@@ -329,10 +329,11 @@ def _containers(
 
 def parse_pod(raw: Mapping[str, Any], source: str = "api") -> PodInfo:
     """A raw pod dict → PodInfo (no validation pass: the dict is read field by field; malformed parts are
-    left out, listed in `problems` and reported once)."""
-    meta = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    status = raw.get("status") or {}
+    left out, listed in `problems` and reported once). Total for any JSON-shaped input: a part of the wrong
+    type is treated as absent, and no label or annotation value makes it raise."""
+    meta = _mapping(raw.get("metadata"))
+    spec = _mapping(raw.get("spec"))
+    status = _mapping(raw.get("status"))
     problems: dict[str, str] = {}
     containers = _containers(
         spec.get("containers"), status.get("containerStatuses"), False, problems, "spec.containers"
@@ -340,30 +341,30 @@ def parse_pod(raw: Mapping[str, Any], source: str = "api") -> PodInfo:
     init_containers = _containers(
         spec.get("initContainers"), status.get("initContainerStatuses"), True, problems, "spec.initContainers"
     )
-    kube_qos = KUBE_QOS_BY_NAME.get(status.get("qosClass") or "")
+    kube_qos = KUBE_QOS_BY_NAME.get(_text(status.get("qosClass")))
     if kube_qos is None:
         kube_qos = compute_kube_qos((*init_containers, *containers))
     priority = spec.get("priority")
     if not isinstance(priority, int) or isinstance(priority, bool):
         priority = None
     pod = PodInfo.model_construct(
-        uid=str(meta.get("uid", "")),
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        node_name=str(spec.get("nodeName") or ""),
+        uid=_text(meta.get("uid")),
+        namespace=_text(meta.get("namespace")),
+        name=_text(meta.get("name")),
+        node_name=_text(spec.get("nodeName")),
         labels=_str_map(meta.get("labels")),
         annotations=_str_map(meta.get("annotations")),
-        phase=str(status.get("phase") or "Pending"),
+        phase=_text(status.get("phase")) or "Pending",
         kube_qos=kube_qos,
         priority=priority,
         containers=containers,
         init_containers=init_containers,
-        resource_version=str(meta.get("resourceVersion", "")),
+        resource_version=_text(meta.get("resourceVersion")),
         deleting=bool(meta.get("deletionTimestamp")),
         source=source,
-        creation_timestamp=str(meta.get("creationTimestamp") or ""),
+        creation_timestamp=_text(meta.get("creationTimestamp")),
         host_network=spec.get("hostNetwork") is True,
-        runtime_class_name=str(spec.get("runtimeClassName") or ""),
+        runtime_class_name=_text(spec.get("runtimeClassName")),
         volumes=_volumes(spec.get("volumes")),
         parse_problems=problems,
     )
@@ -371,6 +372,11 @@ def parse_pod(raw: Mapping[str, Any], source: str = "api") -> PodInfo:
         report_problem("pod", pod.uid, pod.key, key, msg, msg)
     _ = pod.ext  # parse labels/annotations now so malformed ones are reported at ingestion
     return pod
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """`value` when it is a mapping, else {} (a part of the wrong type counts as absent)."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _volumes(value: Any) -> dict[str, str]:
@@ -390,4 +396,17 @@ def _volumes(value: Any) -> dict[str, str]:
 def _str_map(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
         return {}
-    return {str(k): str(v) for k, v in value.items()}
+    return {str(k): _text(v) for k, v in value.items()}
+
+
+def _text(value: Any) -> str:
+    """A scalar as text; None and containers (lists, objects: never valid here) as "" (their repr could
+    even recurse too deeply)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        try:
+            return str(value)
+        except ValueError:  # an int past the interpreter's digit limit
+            return ""
+    return ""
