@@ -114,7 +114,7 @@ async def test_symlinked_leaf_file_not_followed(tmp_path: Path) -> None:
     os.symlink(outside / "cpu.shares", leaf)
     ex = CgroupExecutor(node.layout, DecisionLog())
     [res] = await ex.apply("test", [CgroupWrite("kubepods/besteffort", "cpu.shares", 2, cacheable=False)])
-    assert res.outcome is Outcome.FAILED  # O_NOFOLLOW: ELOOP
+    assert res.outcome is Outcome.REFUSED  # a symlink beneath the root: refused at the open (koordqos.fs)
     assert (outside / "cpu.shares").read_text() == "1024\n"
 
 
@@ -139,3 +139,33 @@ def test_any_uid_is_refused_or_stays_inside(uid: str) -> None:
         path = os.path.normpath(root / "cpu" / rel / "cpu.shares")
         assert path.startswith(str(root / "cpu" / layout.qos_dir(KubeQoS.BURSTABLE)) + "/")
         assert rel.count("/") == layout.qos_dir(KubeQoS.BURSTABLE).count("/") + 1
+
+
+async def test_a_pod_dir_swapped_for_a_symlink_between_two_writes_is_refused_at_the_second(
+    tmp_path: Path,
+) -> None:
+    # issue #15 item 2: the layout's first realpath check was cached, so the swapped dir was followed and
+    # memory.limit_in_bytes outside the root was changed
+    node = SyntheticNode(tmp_path / "node")
+    layout = node.layout
+    pod_dir = "kubepods/besteffort/podswap"
+    node.make_cgroup(pod_dir)
+    executor = CgroupExecutor(layout, DecisionLog())
+    first = await executor.update(
+        "t", CgroupWrite(pod_dir, "memory.limit_in_bytes", 1 << 30, cacheable=False)
+    )
+    assert first.outcome is Outcome.WRITTEN
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    real = node.cgroup_root / "memory" / pod_dir
+    os.rename(real, tmp_path / "moved-away")
+    os.symlink(outside, real)
+    before = refused("symlink")
+    second = await executor.update(
+        "t", CgroupWrite(pod_dir, "memory.limit_in_bytes", 2 << 30, cacheable=False)
+    )
+    assert second.outcome is Outcome.REFUSED
+    assert (outside / "memory.limit_in_bytes").read_text() == "9223372036854771712\n"
+    assert refused("symlink") == before + 1
+    assert executor.read(pod_dir, "memory.limit_in_bytes") is None  # reads are confined the same way

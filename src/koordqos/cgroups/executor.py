@@ -28,7 +28,7 @@ import structlog
 from prometheus_client import Counter
 
 from koordqos import observability as obs
-from koordqos.cgroups.layout import CgroupLayout, ResourceUnsupported
+from koordqos.cgroups.layout import PATH_REFUSED, CgroupLayout, ResourceUnsupported
 from koordqos.cgroups.resources import (
     RESOURCES,
     Merge,
@@ -42,7 +42,8 @@ from koordqos.cgroups.resources import (
     validate,
 )
 from koordqos.decisions import DecisionLog
-from koordqos.errors import CgroupError, PathEscapeError
+from koordqos.errors import CgroupError, PathEscapeError, UnsafePathError
+from koordqos.fs import open_beneath
 from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.cgroups.executor")
@@ -122,9 +123,30 @@ class WriteResult:
         return self.outcome not in _PROBLEMS
 
 
+class ConfinedPath(str):
+    """A file path that must be opened beneath `root` (the cgroup root), not by its string."""
+
+    root: str
+
+    def __new__(cls, path: str, root: os.PathLike[str] | str) -> ConfinedPath:
+        out = super().__new__(cls, path)
+        out.root = str(root).rstrip("/")
+        return out
+
+
+def _open(path: os.PathLike[str] | str, flags: int) -> int:
+    """`os.open`; for a ConfinedPath one component at a time beneath its root with no symlink followed
+    (koordqos.fs), so the confinement holds at the open, whatever a dir was swapped for since a check."""
+    if not isinstance(path, ConfinedPath):
+        return os.open(path, flags)
+    if not path.startswith(path.root + "/"):
+        raise UnsafePathError(f"{str(path)!r} is not beneath {path.root!r}")
+    return open_beneath(path.root, path[len(path.root) + 1 :], flags)
+
+
 def read_file(path: os.PathLike[str] | str) -> str:
-    """Read a small kernel file without following a symlink at the leaf."""
-    fd = os.open(path, _READ_FLAGS)
+    """Read a small kernel file (a ConfinedPath beneath its root without following symlinks)."""
+    fd = _open(path, _READ_FLAGS)
     try:
         return os.read(fd, 65536).decode("ascii", "replace")
     finally:
@@ -132,8 +154,8 @@ def read_file(path: os.PathLike[str] | str) -> str:
 
 
 def write_file(path: os.PathLike[str] | str, text: str) -> None:
-    """Write a small kernel file (must already exist: cgroup files are never created)."""
-    fd = os.open(path, _WRITE_FLAGS)
+    """Write a small kernel file (must already exist: cgroup files are never created); confined as read."""
+    fd = _open(path, _WRITE_FLAGS)
     try:
         os.write(fd, text.encode("ascii"))
     finally:
@@ -216,8 +238,8 @@ class CgroupExecutor:
         try:
             path = self.layout.file_path(parent, resource)
             self.file_reads += 1
-            return read_file(path)
-        except (OSError, CgroupError):  # missing, unsupported, refused (counted by the layout)
+            return read_file(ConfinedPath(str(path), self.layout.root))
+        except (OSError, CgroupError, UnsafePathError):  # missing, unsupported, refused
             return None
 
     def read_value(self, parent: str, resource: str) -> int | str | None:
@@ -293,7 +315,7 @@ class CgroupExecutor:
         return path, res
 
     def _path(self, key: tuple[str, str], res: Resource) -> str:
-        path = str(self.layout.file_path(key[0], res))
+        path = ConfinedPath(str(self.layout.file_path(key[0], res)), self.layout.root)
         if len(self._paths) > 65536:
             self._paths.clear()
         self._paths[key] = path
@@ -317,6 +339,9 @@ class CgroupExecutor:
         try:
             self.file_reads += 1
             current = read_file(path)
+        except UnsafePathError as exc:
+            PATH_REFUSED.labels("symlink").inc()
+            return self._problem(strategy, reason, w, Outcome.REFUSED, str(exc))
         except (FileNotFoundError, NotADirectoryError):
             return self._missing(w, path)
         except OSError as exc:
@@ -336,6 +361,10 @@ class CgroupExecutor:
                 await asyncio.to_thread(write_file, path, new)
             else:
                 write_file(path, new)
+        except UnsafePathError as exc:
+            # a dir swapped for a symlink after the read: refused at the write itself
+            PATH_REFUSED.labels("symlink").inc()
+            return self._problem(strategy, reason, w, Outcome.REFUSED, str(exc), old=current.strip(), new=new)
         except (FileNotFoundError, NotADirectoryError):
             return self._missing(w, path)
         except OSError as exc:

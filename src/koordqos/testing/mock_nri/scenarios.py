@@ -50,7 +50,9 @@ class Scenario:
         return (
             f".venv/bin/python -m koordqos run --nri-socket {socket} --cgroup-root {self.node.cgroup_root} "
             f"--proc-root {self.node.proc_root} --sys-root {self.node.sys_root} "
-            f"--nodeslo-file {self.nodeslo_file} --http-addr {http_addr} --debug-endpoints"
+            f"--nodeslo-file {self.nodeslo_file} --http-addr {http_addr} --debug-endpoints "
+            # the synthetic node has no resctrl mount and no kubelet to ask for its CPU manager policy
+            "--feature-gates RdtResctrl=false --kubelet-cpu-manager-policy none"
         )
 
 
