@@ -1,0 +1,123 @@
+"""Objects for the real API server, and the things a kubelet would do that no process does here.
+
+A real kube-apiserver assigns UIDs, ignores `status` on create and has no kubelet: `create_running_pod`
+creates the pod bound to a node, then writes its status (Running, Ready) through the status subresource,
+as the kubelet would.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from controlplane import Api
+
+NODESLO_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
+NODEMETRIC_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"
+NRT_PATH = "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies"
+
+
+def eventually(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll `cond` until it returns something truthy (returned); AssertionError naming `what` at the end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def unique(prefix: str) -> str:
+    """A DNS-1123 name no other test uses."""
+    return f"{prefix}-{secrets.token_hex(3)}"
+
+
+def create_namespace(api: Api, name: str) -> None:
+    api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+def create_node(api: Api, name: str, cpu: str = "4", memory: str = "16Gi") -> dict[str, Any]:
+    """A Node with capacity = allocatable, Ready, as a kubelet would register it."""
+    res = {"cpu": cpu, "memory": memory, "pods": "110"}
+    node = api.create(
+        "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {}}}
+    )
+    node["status"] = {
+        "capacity": dict(res),
+        "allocatable": dict(res),
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "e2e"}],
+    }
+    return dict(api.put(f"/api/v1/nodes/{name}/status", node))
+
+
+def create_running_pod(
+    api: Api,
+    namespace: str,
+    name: str,
+    node: str,
+    qos: str | None = None,
+    labels: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+    priority: int | None = None,
+) -> dict[str, Any]:
+    """A pod bound to `node`, then marked Running and Ready through pods/status (what the kubelet does)."""
+    lbl = dict(labels or {})
+    if qos:
+        lbl["koordinator.sh/qosClass"] = qos
+    container: dict[str, Any] = {"name": "main", "image": "busybox"}
+    if requests or limits:
+        container["resources"] = {"requests": requests or {}, "limits": limits or {}}
+    spec: dict[str, Any] = {"nodeName": node, "containers": [container], "terminationGracePeriodSeconds": 0}
+    if priority is not None:
+        spec["priority"] = priority
+    pod = api.create(
+        f"/api/v1/namespaces/{namespace}/pods",
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": lbl}, "spec": spec},
+    )
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    pod["status"] = {
+        **pod.get("status", {}),
+        "phase": "Running",
+        "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+        ],
+        "containerStatuses": [
+            {
+                "name": "main",
+                "image": "busybox",
+                "imageID": "",
+                "ready": True,
+                "restartCount": 0,
+                "containerID": f"containerd://{secrets.token_hex(32)}",
+                "state": {"running": {"startedAt": now}},
+            }
+        ],
+    }
+    return dict(api.put(f"/api/v1/namespaces/{namespace}/pods/{name}/status", pod))
+
+
+def nodeslo(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "slo.koordinator.sh/v1alpha1",
+        "kind": "NodeSLO",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def try_get(api: Api, path: str) -> dict[str, Any] | None:
+    """The object, or None on 404."""
+    from controlplane import ApiError
+
+    try:
+        return dict(api.get(path))
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
