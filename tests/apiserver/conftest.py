@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if mode in {"1", "require"}:
         return
     skip = pytest.mark.skip(
-        reason=f"real kube-apiserver suite: `nox -s e2e-apiserver` builds it with Go and runs it ({MODE_ENV}=1)"
+        reason=f"real kube-apiserver suite: `nox -s e2e-apiserver` builds and runs it ({MODE_ENV}=1)"
     )
     for item in items:
         if "e2e_apiserver" in item.keywords:
