@@ -23,7 +23,8 @@ import aiohttp
 from _common import machine, median, parser, table
 from koordqos.model.pod import parse_pod
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
-from koordqos.testing.mock_nri import MockRuntime, sample_container, sample_pod
+from koordqos.testing.mock_nri.runtime import MockRuntime
+from koordqos.testing.mock_nri.samples import sample_container, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
 
 NODE = "bench-node"

@@ -31,7 +31,8 @@ from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import read_topology
 from koordqos.metrics.types import MetricKind
 from koordqos.model.nodeslo import parse_nodeslo
-from koordqos.model.pod import ContainerInfo, KubeQoS, PodInfo
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.state import NodeState
 from koordqos.strategies.cpuburst import CPUBurstStrategy
 from koordqos.strategies.framework import StrategyEnv

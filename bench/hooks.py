@@ -38,7 +38,8 @@ from koordqos.hooks.runtime import HookOptions, RuntimeHooks
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.convert import NRIHooks
 from koordqos.nri.plugin import NRIPlugin
-from koordqos.testing.mock_nri import MockRuntime, sample_container, sample_node, sample_pod
+from koordqos.testing.mock_nri.runtime import MockRuntime
+from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
 
 

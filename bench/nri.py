@@ -3,8 +3,8 @@ plugin-side CreateContainer time, and a 200-pod / 400-container Synchronize.
 
 The plugin (this process) runs NRIPlugin with one representative hook (cpu shares + quota, an annotation
 and an env var in the adjustment). The runtime (a child process: this script with `--role runtime`) is
-koordqos.testing.mock_nri.MockRuntime; it synchronizes the node, then sends CreateContainer calls one after
-another, timing each round trip, and prints its figures as JSON.
+koordqos.testing.mock_nri.runtime.MockRuntime; it synchronizes the node, then sends CreateContainer calls one
+after another, timing each round trip, and prints its figures as JSON.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from koordqos.config import NRISettings
 from koordqos.events.bus import EventBus
 from koordqos.nri.events import NRICreateContainer
 from koordqos.nri.plugin import NRIPlugin
-from koordqos.testing.mock_nri import MockRuntime, sample_container, sample_node, sample_pod
+from koordqos.testing.mock_nri.runtime import MockRuntime
+from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
 
 
 def _hook(ev: NRICreateContainer, state: Any) -> None:

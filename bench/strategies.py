@@ -26,8 +26,10 @@ from koordqos.decisions import DecisionLog
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import read_topology
 from koordqos.metrics.types import MetricKind
+from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import parse_nodeslo
-from koordqos.model.pod import BATCH_CPU, BATCH_MEMORY, NodeInfo, PodInfo, parse_pod
+from koordqos.model.pod import PodInfo, parse_pod
 from koordqos.state import NodeState
 from koordqos.strategies.cpuevict import CPUEvictStrategy
 from koordqos.strategies.cpusuppress import CPUSuppressStrategy

@@ -27,7 +27,9 @@ from koordqos.events.types import PodUpserted
 from koordqos.metrics.collector import MetricsCollector
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import read_topology
-from koordqos.model.pod import BATCH_CPU, LABEL_QOS, ContainerInfo, KubeQoS, PodInfo
+from koordqos.model.keys import BATCH_CPU, LABEL_QOS
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.scratchcg import Scratch, unavailable_reason
 

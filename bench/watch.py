@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from koordqos.kube import KubeConnection
 from koordqos.kube.reflector import Reflector, ReflectorSettings
 from koordqos.kube.sources import PODS_PATH, PodSource
 from koordqos.model.pod import parse_pod
+from koordqos.testing.poll import wait_until
 
 NODE = "bench-node"
 PAD = "x" * 1500  # a last-applied-configuration sized annotation: real pods are a few KB of JSON
@@ -122,12 +124,9 @@ class LagProbe:
                 self.cpu.append(time.thread_time() - cpu0)
 
 
-async def wait_until(predicate: Any, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise TimeoutError("benchmark condition not reached")
-        await asyncio.sleep(0.0005)
+async def settled(predicate: Callable[[], bool], message: str) -> None:
+    """Wait for a benchmark condition, polling finely (0.5 ms) so the wait adds little to the figure."""
+    await wait_until(predicate, timeout=60.0, interval=0.0005, message=message)
 
 
 async def one_run(port: int, conn: Connection, pods: int, run: int) -> dict[str, float]:
@@ -172,15 +171,17 @@ async def one_run(port: int, conn: Connection, pods: int, run: int) -> dict[str,
         tasks = [asyncio.create_task(bus.run()), asyncio.create_task(probe.run())]
         t0 = time.perf_counter()
         tasks.append(asyncio.create_task(reflector.run()))
-        await wait_until(lambda: "pods" in bus.state.synced and len(bus.state.pods) == pods)
+        await settled(
+            lambda: "pods" in bus.state.synced and len(bus.state.pods) == pods, "the initial list synced"
+        )
         initial = time.perf_counter() - t0
-        await wait_until(lambda: len(tasks) > 0 and reflector.resource_version != "")
+        await settled(lambda: len(tasks) > 0 and reflector.resource_version != "", "the watch open")
         await asyncio.sleep(0.2)  # the watch is open
 
         # watch throughput
         start = time.perf_counter()
         conn.send(("modify", (pods, run * 2 + 1)))
-        await wait_until(lambda: counts["upserted"] >= pods)
+        await settled(lambda: counts["upserted"] >= pods, "every upsert seen")
         watch_s = time.perf_counter() - start
         await asyncio.get_running_loop().run_in_executor(None, conn.recv)
 
@@ -189,7 +190,7 @@ async def one_run(port: int, conn: Connection, pods: int, run: int) -> dict[str,
         probe.active = True
         start = time.perf_counter()
         conn.send(("relist", (pods, run * 2 + 2)))
-        await wait_until(lambda: counts["replaced"] > replaced)
+        await settled(lambda: counts["replaced"] > replaced, "the re-list replaced the pods")
         await bus.drained()
         relist_s = time.perf_counter() - start
         probe.active = False

@@ -25,8 +25,9 @@ from koordqos.events.types import (
     RuntimeSynchronized,
     SourceSynced,
 )
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO
-from koordqos.model.pod import NodeInfo, PodInfo
+from koordqos.model.pod import PodInfo
 
 
 def _empty() -> Mapping[str, Any]:

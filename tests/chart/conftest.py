@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import helm_python as helm
 import pytest
-from chart_render import CHART_DIR, NON_DEFAULT_VALUES, Rendered, render
+
+from .chart_render import CHART_DIR, NON_DEFAULT_VALUES, Rendered, render
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -15,8 +14,10 @@ import pytest
 
 from koordqos.model.pod import parse_pod
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_pod
-from koordqos.testing.mock_nri import MockRuntime, sample_container, sample_pod
+from koordqos.testing.mock_nri.runtime import MockRuntime
+from koordqos.testing.mock_nri.samples import sample_container, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
+from koordqos.testing.poll import wait_until
 
 pytestmark = pytest.mark.e2e
 NODE = "e2e-node"
@@ -29,18 +30,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def ready(port: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
+async def wait_ready(port: int, timeout: float) -> None:
+    """Wait until the agent (a subprocess) answers /readyz with 200."""
     async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
+
+        async def answers_ready() -> bool:
             try:
                 async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
-                    if resp.status == 200:
-                        return True
+                    return resp.status == 200
             except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    return False
+                return False
+
+        await wait_until(answers_ready, timeout=timeout, interval=0.05, message="the agent to become ready")
 
 
 async def test_be_pod_from_the_api_gets_batch_limits_over_nri(tmp_path: Path) -> None:
@@ -90,7 +91,7 @@ async def test_be_pod_from_the_api_gets_batch_limits_over_nri(tmp_path: Path) ->
     proc = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=asyncio.subprocess.PIPE)
     try:
         await runtime.wait_joined(timeout=30)
-        assert await ready(port, 30), "agent never became ready"
+        await wait_ready(port, 30)
         await runtime.run_pod_sandbox(sandbox)
         # pod-level values are written before RunPodSandbox is answered
         assert node.read(pod_dir, "cpu", "cpu.cfs_quota_us") == "200000"

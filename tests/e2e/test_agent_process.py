@@ -15,6 +15,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from koordqos.testing.poll import wait_until
+
 pytestmark = pytest.mark.e2e
 
 
@@ -39,19 +41,19 @@ def synthetic_root(tmp: Path) -> dict[str, Path]:
     return {"proc": proc, "cgroup": cg, "sys": sys_root}
 
 
-async def wait_for_http(url: str, status: int, timeout: float) -> aiohttp.ClientResponse | None:
-    deadline = time.monotonic() + timeout
+async def wait_for_http(url: str, status: int, timeout: float) -> None:
+    """Wait until `url` answers with `status` (the agent is a subprocess: poll its HTTP server)."""
     async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
+
+        async def answers() -> bool:
             try:
                 async with session.get(url) as resp:
-                    if resp.status == status:
-                        await resp.read()
-                        return resp
+                    await resp.read()
+                    return resp.status == status
             except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    return None
+                return False
+
+        await wait_until(answers, timeout=timeout, interval=0.05, message=f"{url} to answer {status}")
 
 
 async def test_local_mode_agent_serves_ready_metrics_and_stops_on_sigterm(tmp_path: Path) -> None:
@@ -82,8 +84,7 @@ async def test_local_mode_agent_serves_ready_metrics_and_stops_on_sigterm(tmp_pa
     ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        ready = await wait_for_http(f"http://127.0.0.1:{port}/readyz", 200, timeout=30)
-        assert ready is not None, "agent never became ready"
+        await wait_for_http(f"http://127.0.0.1:{port}/readyz", 200, timeout=30)
         async with aiohttp.ClientSession() as session:
             async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
                 body = await resp.json()

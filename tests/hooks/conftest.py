@@ -12,7 +12,8 @@ from koordqos.decisions import DecisionLog
 from koordqos.hooks import probe_bvt_system
 from koordqos.hooks.reconciler import HookReconciler
 from koordqos.hooks.runtime import HookOptions, RuntimeHooks
-from koordqos.model.pod import ContainerInfo, KubeQoS, PodInfo
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.testing.nodefs import SyntheticNode
 
 GI = 1 << 30

@@ -7,7 +7,7 @@ import pytest
 from koordqos.hooks.batchresource import BatchResource, BatchResourceRule
 from koordqos.hooks.context import ContainerContext, ContainerRequest, PodContext, PodRequest
 from koordqos.hooks.resources import ExtendedResources, ExtendedResourceSpec, milli_cpu_to_quota
-from koordqos.model.pod import BATCH_CPU, BATCH_MEMORY
+from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY
 
 GI = 1024**3
 BE = {"koordinator.sh/qosClass": "BE"}

@@ -18,7 +18,7 @@ from koordqos.hooks.coresched import (
     probe_sysfs,
 )
 from koordqos.hooks.rules import ClassCPUQOS, SLOView
-from koordqos.model.pod import KubeQoS, QoSClass
+from koordqos.model.qos import KubeQoS, QoSClass
 
 ON = Param(True, True, False)
 BE_ON = Param(True, False, False)

@@ -8,7 +8,7 @@ from koordqos.hooks.context import ContainerContext, ContainerRequest, PodContex
 from koordqos.hooks.cpunormalization import CPUNormalization, is_pod_cpu_share
 from koordqos.hooks.resources import Resources
 from koordqos.hooks.rules import RatioIgnored, RuleError, cpu_normalization_ratio
-from koordqos.model.pod import NodeInfo
+from koordqos.model.node import NodeInfo
 
 LS = {"koordinator.sh/qosClass": "LS"}
 

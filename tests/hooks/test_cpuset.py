@@ -9,7 +9,7 @@ import pytest
 from koordqos.hooks.context import ContainerContext, ContainerRequest, PodContext, PodRequest
 from koordqos.hooks.cpuset import CPUSetAllocator
 from koordqos.hooks.rules import CPUSharePool, RuleError, TopologyView, topology_view
-from koordqos.model.pod import QoSClass
+from koordqos.model.qos import QoSClass
 
 RS = "scheduling.koordinator.sh/resource-status"
 POOLS = (CPUSharePool(0, 0, "0-7"), CPUSharePool(1, 1, "8-15"))

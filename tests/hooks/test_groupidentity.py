@@ -8,7 +8,7 @@ from koordqos.hooks.context import KubeQoSContext, PodContext, PodRequest
 from koordqos.hooks.groupidentity import BvtRule, BvtSystem, GroupIdentity, parse_bvt_rule
 from koordqos.hooks.rules import ClassCPUQOS, SLOView, slo_view
 from koordqos.model.nodeslo import parse_nodeslo
-from koordqos.model.pod import KubeQoS, QoSClass
+from koordqos.model.qos import KubeQoS, QoSClass
 
 SUPPORTED = BvtSystem(bvt_file=True)
 ENABLED_ALL = SLOView(lsr=ClassCPUQOS(True, 2), ls=ClassCPUQOS(True, 2), be=ClassCPUQOS(True, -1))

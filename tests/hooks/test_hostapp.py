@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,11 @@ from koordqos.hooks.reconciler import (
     HookReconciler,
     host_app_cgroup_path,
 )
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import HostApplicationSpec, parse_nodeslo
-from koordqos.model.pod import NodeInfo
 from koordqos.state import NodeState, reduce
 from koordqos.testing.nodefs import SyntheticNode
+from koordqos.testing.poll import wait_until
 
 from .conftest import make_node, make_reconciler
 
@@ -239,12 +239,6 @@ async def test_duplicate_names_first_kept(tmp_path: Path) -> None:
     assert "duplicate" in result.errors["hostapp/a"]
 
 
-async def _until(check: Callable[[], bool]) -> None:
-    async with asyncio.timeout(10):
-        while not check():
-            await asyncio.sleep(0.005)
-
-
 async def test_running_component_follows_nodeslo_changes_and_the_interval(tmp_path: Path) -> None:
     node = make_node(tmp_path)
     node.make_cgroup(LS_DIR)
@@ -258,11 +252,15 @@ async def test_running_component_follows_nodeslo_changes_and_the_interval(tmp_pa
     tasks = [asyncio.create_task(bus.run()), asyncio.create_task(rec.run())]
     try:
         await bus.publish(NodeSLOUpdated(parse_nodeslo(gi_slo(apps))))
-        await _until(lambda: bvt(node, LS_DIR) == "2")
+        await wait_until(
+            lambda: bvt(node, LS_DIR) == "2", timeout=10, message="LS bvt 2 from the new NodeSLO"
+        )
         await bus.publish(NodeSLOUpdated(parse_nodeslo(gi_slo(apps, ls=1))))
-        await _until(lambda: bvt(node, LS_DIR) == "1")
+        await wait_until(lambda: bvt(node, LS_DIR) == "1", timeout=10, message="LS bvt back to 1")
         node.write(LS_DIR, "cpu", "cpu.bvt_warp_ns", -1)  # changed behind the agent's back
-        await _until(lambda: bvt(node, LS_DIR) == "1")  # the interval pass restores it
+        await wait_until(
+            lambda: bvt(node, LS_DIR) == "1", timeout=10, message="LS bvt restored"
+        )  # the interval pass restores it
     finally:
         for t in tasks:
             t.cancel()

@@ -8,10 +8,14 @@ from pathlib import Path
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.events.types import NodeSLOUpdated, NodeUpdated, PodsReplaced
 from koordqos.hooks.reconciler import HookReconciler
+from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import parse_nodeslo
-from koordqos.model.pod import BATCH_CPU, BATCH_MEMORY, ContainerInfo, KubeQoS, NodeInfo
+from koordqos.model.pod import ContainerInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.state import NodeState, reduce
 from koordqos.testing.nodefs import SyntheticNode
+from koordqos.testing.poll import wait_until
 
 from .conftest import GI, make_node, make_reconciler, pod
 
@@ -317,9 +321,7 @@ async def test_failing_pass_is_logged_once_and_counted_every_time(tmp_path: Path
     before = counter._value.get()
     with capture_logs() as logs:
         task = asyncio.create_task(rec.run())
-        async with asyncio.timeout(10):
-            while calls < 6:
-                await asyncio.sleep(0.001)
+        await wait_until(lambda: calls >= 6, timeout=10, message="six reconcile passes")
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

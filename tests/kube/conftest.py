@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from koordqos.kube.client import KubeClient
 from koordqos.kube.reflector import ReflectorSettings
 from koordqos.model.problems import forget_problems
 from koordqos.testing.fake_apiserver import FakeAPIServer
+from koordqos.testing.poll import wait_until
 
 NODE = "node-a"
 
@@ -84,19 +85,9 @@ def fast() -> ReflectorSettings:
     )
 
 
-async def eventually(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    """Wait until `predicate()` holds (polling the loop), failing with `what` after `timeout` seconds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
-
-
 async def watches_open(fake: FakeAPIServer, *plurals: str) -> None:
     """Wait until the fake server has an open watch for each resource (a list alone is not enough)."""
-    await eventually(
+    await wait_until(
         lambda: all(any(w.plural == p for w in fake.watchers) for p in plurals),
-        what=f"watches open on {plurals}",
+        message=f"watches open on {plurals}",
     )

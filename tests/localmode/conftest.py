@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,13 +28,3 @@ def short_dir() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="kqlocal-", dir="/tmp"))
     yield d
     shutil.rmtree(d, ignore_errors=True)
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    """Wait until `predicate()` holds (polling the loop), failing with `what` after `timeout` seconds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)

@@ -15,7 +15,7 @@ from koordqos.config import NRISettings
 from koordqos.events.bus import EventBus
 from koordqos.nri.plugin import NRIPlugin
 from koordqos.observability import REGISTRY
-from koordqos.testing.mock_nri import MockRuntime
+from koordqos.testing.mock_nri.runtime import MockRuntime
 
 
 @pytest.fixture

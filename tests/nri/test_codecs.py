@@ -29,7 +29,7 @@ from koordqos.nri.ttrpc import (
     encode_request,
     encode_response,
 )
-from koordqos.testing.mock_nri import go_frame_check
+from koordqos.testing.mock_nri.protocol import go_frame_check
 
 # nri-protocol.md §3.4: RegisterPlugin{demo, 10} on conn 2, stream 1, timeout 5 s
 REGISTER_WIRE = bytes.fromhex(

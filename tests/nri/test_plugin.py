@@ -24,7 +24,10 @@ from koordqos.nri.events import (
     NRIUpdateContainer,
 )
 from koordqos.nri.plugin import DEFAULT_EVENTS, NRINotConnectedError, NRIPlugin
-from koordqos.testing.mock_nri import MockRuntime, RuntimeCallError, sample_container, sample_node, sample_pod
+from koordqos.testing.mock_nri.protocol import RuntimeCallError
+from koordqos.testing.mock_nri.runtime import MockRuntime
+from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
+from koordqos.testing.poll import wait_until
 
 from .conftest import settings
 
@@ -69,9 +72,11 @@ async def test_bad_plugin_config_fails_configure(
 ) -> None:
     async with MockRuntime(sock_path, plugin_config="events: [NoSuchEvent]") as rt:
         start_plugin()
-        async with asyncio.timeout(5):
-            while not rt.links or not rt.links[0].dropped.is_set():
-                await asyncio.sleep(0.01)
+        await wait_until(
+            lambda: bool(rt.links) and rt.links[0].dropped.is_set(),
+            timeout=5,
+            message="the runtime to drop the plugin",
+        )
         assert "NoSuchEvent" in rt.links[0].drop_reason
 
 
@@ -82,9 +87,7 @@ async def test_bad_name_is_rejected_and_retried(
         # bypass config validation: the runtime is the one that checks (v0.12 charset)
         nri = settings(sock_path).model_copy(update={"plugin_name": "bad name"})
         plugin = start_plugin(nri)
-        async with asyncio.timeout(5):
-            while len(rt.links) < 2:
-                await asyncio.sleep(0.01)
+        await wait_until(lambda: len(rt.links) >= 2, timeout=5, message="a second plugin connection")
         assert "invalid plugin name" in rt.links[0].register_rejected
         assert rt.links[0].dropped.is_set()  # the plugin closed the abandoned socket itself
         assert not plugin.connected

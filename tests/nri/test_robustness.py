@@ -22,7 +22,10 @@ from koordqos.nri.events import NRICreateContainer, NRISynchronize
 from koordqos.nri.mux import encode_frame, frames_for
 from koordqos.nri.plugin import NRIPlugin, hook_deadline, parse_event_mask, validate_event_mask
 from koordqos.nri.ttrpc import MessageType, encode_message, encode_request
-from koordqos.testing.mock_nri import MockRuntime, RuntimeCallError, sample_container, sample_node, sample_pod
+from koordqos.testing.mock_nri.protocol import RuntimeCallError
+from koordqos.testing.mock_nri.runtime import MockRuntime
+from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
+from koordqos.testing.poll import wait_until
 
 from .conftest import PluginRunner, metric, settings
 
@@ -73,9 +76,11 @@ async def test_runtime_restart_reconnects_and_resynchronizes(
     before = metric("koordqos_nri_reconnects_total")
     await rt.stop()  # the socket file is removed
     assert not await asyncio.to_thread(sock_path.exists)
-    async with asyncio.timeout(5):
-        while plugin.status["nri"] not in ("backoff", "connecting"):
-            await asyncio.sleep(0.005)
+    await wait_until(
+        lambda: plugin.status["nri"] in ("backoff", "connecting"),
+        timeout=5,
+        message="the plugin to notice the runtime went away",
+    )
     assert not bus.state.nri_connected
     rt2 = MockRuntime(sock_path)
     rt2.pods, rt2.containers = sample_node(2, 2)  # a container went away while we were disconnected
@@ -94,9 +99,11 @@ async def test_runtime_restart_reconnects_and_resynchronizes(
 async def test_socket_absent_at_start(sock_path: Path, start_plugin: Callable[..., NRIPlugin]) -> None:
     plugin = start_plugin()
     before = metric("koordqos_nri_connect_failures_total", reason="connect")
-    async with asyncio.timeout(5):
-        while metric("koordqos_nri_connect_failures_total", reason="connect") < before + 2:
-            await asyncio.sleep(0.005)
+    await wait_until(
+        lambda: metric("koordqos_nri_connect_failures_total", reason="connect") >= before + 2,
+        timeout=5,
+        message="two failed connects",
+    )
     assert not plugin.connected
     async with MockRuntime(sock_path) as rt:
         await rt.wait_joined(timeout=5)
@@ -193,9 +200,11 @@ async def test_mock_drops_a_plugin_that_never_registers(sock_path: Path) -> None
     async with MockRuntime(sock_path, registration_timeout=0.1) as rt:
         _, writer = await asyncio.open_unix_connection(str(sock_path))
         try:
-            async with asyncio.timeout(5):
-                while not rt.links or not rt.links[0].dropped.is_set():
-                    await asyncio.sleep(0.01)
+            await wait_until(
+                lambda: bool(rt.links) and rt.links[0].dropped.is_set(),
+                timeout=5,
+                message="the runtime to drop the plugin",
+            )
             assert rt.links[0].drop_reason == "plugin registration timed out"
         finally:
             writer.close()
@@ -262,7 +271,7 @@ async def test_prelaunched_plugin_dials_the_socket_after_the_runtime_closed_its_
 
 def test_mock_refuses_replies_a_real_runtime_refuses() -> None:
     """The mock is as strict as pkg/adaptation on replies, so a plugin that sends these fails the tests."""
-    from koordqos.testing.mock_nri import PluginLink
+    from koordqos.testing.mock_nri.link import PluginLink
 
     pod = sample_pod(1)
     ctr = sample_container(pod, 0)

@@ -7,7 +7,7 @@ import asyncio
 import json
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,8 @@ from koordqos.proxy import setup as proxy_setup
 from koordqos.proxy.api import runtime_api_pb2 as rpb
 from koordqos.proxy.api.runtime_api_grpc import RuntimeHookServiceStub
 from koordqos.proxy.server import ProxyServer
-from koordqos.testing.mock_nri import MockRuntime, PluginLink
+from koordqos.testing.mock_nri.link import PluginLink
+from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.nodefs import SyntheticNode
 
 GI = 1 << 30
@@ -43,13 +44,6 @@ def short_dir() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="kqproxy-", dir="/tmp"))
     yield d
     shutil.rmtree(d, ignore_errors=True)
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait until `check()` holds (polling a file-backed condition), failing after `timeout`."""
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.01)
 
 
 def be_annotations(cpu_limit: int, mem: str, cpu_request: int) -> dict[str, str]:

@@ -13,7 +13,8 @@ from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.hooks.context import ContainerContext, ContainerRequest, PodContext, PodRequest
 from koordqos.hooks.resources import Resources
-from koordqos.model.pod import ContainerInfo, KubeQoS, PodInfo
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.proxy.api import runtime_api_pb2 as rpb
 from koordqos.proxy.convert import (
     ProxyConverter,

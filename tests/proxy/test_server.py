@@ -31,8 +31,9 @@ from koordqos.proxy.events import ProxyContainerHook
 from koordqos.proxy.registration import RegistrationFile, proxy_stages, render_registration
 from koordqos.proxy.server import CorkedTransport, ProxyServer
 from koordqos.proxy.service import RuntimeHookService
+from koordqos.testing.poll import wait_until
 
-from .conftest import eventually, running_agent
+from .conftest import running_agent
 
 
 def make_server(base: Path, registration: RegistrationFile | None = None) -> ProxyServer:
@@ -182,10 +183,10 @@ async def test_registration_file_written_at_start_and_kept_current(short_dir: Pa
         }
         original = path.read_text()
         path.unlink()
-        await eventually(path.exists)
+        await wait_until(path.exists, message=f"{path} written")
         assert path.read_text() == original
         path.write_text('{"remote-endpoint": "/elsewhere"}')
-        await eventually(lambda: path.read_text() == original)
+        await wait_until(lambda: path.read_text() == original, message=f"{path} restored")
         assert [p.name for p in env.config_dir.iterdir()] == ["koordlet.json"]  # no temp files left
         assert stat.S_IMODE(os.stat(env.sock).st_mode) == 0o600
     assert not env.sock.exists()  # removed when the agent stopped

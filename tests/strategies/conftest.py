@@ -1,14 +1,22 @@
-"""Builders shared by the strategy tests: pods, nodes, NodeSLOs and a metric store with a fixed clock."""
+"""Builders shared by the strategy tests: pods, nodes, NodeSLOs and a metric store with a fixed clock; the
+CPU burst strategy harness fixture (its builders are in cpuburst_builders.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO, parse_nodeslo
-from koordqos.model.pod import ContainerInfo, KubeQoS, NodeInfo, PodInfo
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS
+
+from .cpuburst_builders import Harness, build_harness
 
 NOW = 1000.0
 Gi = 1024**3
@@ -76,3 +84,9 @@ def make_store(
     for uid, v in (pod_memory or {}).items():
         store.add(MetricKind.POD_MEMORY_USAGE, uid, v, NOW)
     return store
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Harness:
+    """A 16-CPU cgroup v1 synthetic node with cpu.cfs_burst_us (the CPU burst strategy tests)."""
+    return build_harness(tmp_path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from koordqos.config import build_config
 from koordqos.model.pod import parse_pod
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 from koordqos.testing.nodefs import GiB, SyntheticNode
+from koordqos.testing.poll import wait_until
 
 NODE = "node-1"
 CPUS = 16
@@ -74,15 +75,6 @@ class CounterDriver:
         collector._clock = lambda: self.last
 
 
-async def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    """Poll `cond` until true (fail after `timeout`)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 @contextlib.asynccontextmanager
 async def running_agent(
     tmp_path: Path, server: FakeAPIServer, driver: CounterDriver | None = None, **overrides: Any
@@ -122,7 +114,7 @@ async def running_agent(
         driver.attach(agent)
     task = asyncio.create_task(agent.run())
     try:
-        await wait_for(lambda: agent.ready, what="agent ready")
+        await wait_until(lambda: agent.ready, timeout=10, message="agent ready")
         yield agent
     finally:
         agent.stop()
@@ -182,14 +174,18 @@ async def test_cpu_suppress_cfs_quota_follows_ls_usage(tmp_path: Path, server: F
     rates = Rates({ls_dir: 2.0, be_dir: 1.0})
     async with running_agent(tmp_path, server, CounterDriver(node, rates)) as agent:
         # LS at 2 cores: 16 × 0.65 − 2 = 8.4 cores from an unlimited quota (no step limit from -1)
-        await wait_for(lambda: quota(node) != -1, what="first quota")
-        await wait_for(lambda: abs(quota(node) - 840_000) <= 30_000, what="quota ≈ 8.4 cores")
+        await wait_until(lambda: quota(node) != -1, timeout=10, message="first quota")
+        await wait_until(
+            lambda: abs(quota(node) - 840_000) <= 30_000, timeout=10, message="quota ≈ 8.4 cores"
+        )
 
         # LS rises to 8 cores: within two CPU-suppress rounds (ticks) the quota is 10.4 − 8 = 2.4 cores
         after_round = record_quota_after_rounds(agent, node)
         start = len(after_round)
         rates.pods[ls_dir] = 8.0
-        await wait_for(lambda: abs(quota(node) - 240_000) <= 30_000, what="quota ≈ 2.4 cores")
+        await wait_until(
+            lambda: abs(quota(node) - 240_000) <= 30_000, timeout=10, message="quota ≈ 2.4 cores"
+        )
         first = next(i for i, q in enumerate(after_round[start:], 1) if abs(q - 240_000) <= 30_000)
         assert first <= 2, after_round[start:]
         plan = suppress_plan(agent)
@@ -199,7 +195,9 @@ async def test_cpu_suppress_cfs_quota_follows_ls_usage(tmp_path: Path, server: F
         before = len(agent.decisions.recent(strategy="CPUSuppress"))
         low = quota(node)
         rates.pods[ls_dir] = 1.0
-        await wait_for(lambda: abs(quota(node) - 940_000) <= 30_000, what="quota ≈ 9.4 cores")
+        await wait_until(
+            lambda: abs(quota(node) - 940_000) <= 30_000, timeout=10, message="quota ≈ 9.4 cores"
+        )
         writes = [
             d
             for d in agent.decisions.recent(strategy="CPUSuppress")[before:]
@@ -215,8 +213,10 @@ async def test_cpu_suppress_cfs_quota_follows_ls_usage(tmp_path: Path, server: F
         # switch off: quota back to -1 and the full cpuset
         slo["resourceUsedThresholdWithBE"]["enable"] = False
         server.upsert("nodeslos", make_nodeslo(NODE, slo))
-        await wait_for(lambda: quota(node) == -1, what="quota recovered")
-        await wait_for(lambda: node.read(BE_DIR, "cpuset", "cpuset.cpus") == "0-15", what="cpuset")
+        await wait_until(lambda: quota(node) == -1, timeout=10, message="quota recovered")
+        await wait_until(
+            lambda: node.read(BE_DIR, "cpuset", "cpuset.cpus") == "0-15", timeout=10, message="cpuset"
+        )
         assert node.read(be_dir, "cpuset", "cpuset.cpus") == "0-15"
 
 
@@ -233,12 +233,18 @@ async def test_cpu_suppress_cpuset_policy(tmp_path: Path, server: FakeAPIServer)
     rates = Rates({ls_dir: 7.0, be_dir: 0.5})
     async with running_agent(tmp_path, server, CounterDriver(node, rates)):
         # 10.4 − 7 = 3.4 cores → 4 CPUs (two hyper-thread pairs)
-        await wait_for(lambda: node.read(BE_DIR, "cpuset", "cpuset.cpus") == "0-3", what="BE cpuset 0-3")
+        await wait_until(
+            lambda: node.read(BE_DIR, "cpuset", "cpuset.cpus") == "0-3", timeout=10, message="BE cpuset 0-3"
+        )
         assert node.read(be_dir, "cpuset", "cpuset.cpus") == "0-3"
         slo["resourceUsedThresholdWithBE"]["enable"] = False
         server.upsert("nodeslos", make_nodeslo(NODE, slo))
-        await wait_for(lambda: node.read(BE_DIR, "cpuset", "cpuset.cpus") == "0-15", what="recovered")
-        await wait_for(lambda: node.read(be_dir, "cpuset", "cpuset.cpus") == "0-15", what="pod recovered")
+        await wait_until(
+            lambda: node.read(BE_DIR, "cpuset", "cpuset.cpus") == "0-15", timeout=10, message="recovered"
+        )
+        await wait_until(
+            lambda: node.read(be_dir, "cpuset", "cpuset.cpus") == "0-15", timeout=10, message="pod recovered"
+        )
 
 
 def _memory_node(tmp_path: Path, server: FakeAPIServer) -> SyntheticNode:
@@ -264,10 +270,12 @@ def _memory_node(tmp_path: Path, server: FakeAPIServer) -> SyntheticNode:
 async def test_memory_evict_through_eviction_api(tmp_path: Path, server: FakeAPIServer) -> None:
     node = _memory_node(tmp_path, server)
     async with running_agent(tmp_path, server, feature_gates={"BEMemoryEvict": True}) as agent:
-        await wait_for(lambda: len(server.evictions) >= 3, what="three evictions")
+        await wait_until(lambda: len(server.evictions) >= 3, timeout=10, message="three evictions")
         node.set_meminfo(100 * GiB, 40 * GiB, 39 * GiB)  # the evicted pods' memory is freed
         start = rounds(agent)
-        await wait_for(lambda: rounds(agent) >= start + 8, what="more rounds")  # > the 0.3 s cool-down
+        await wait_until(
+            lambda: rounds(agent) >= start + 8, timeout=10, message="more rounds"
+        )  # > the 0.3 s cool-down
     assert [e["name"] for e in server.evictions] == ["be-a", "be-b", "be-c"]
     assert all(e["status"] == 201 for e in server.evictions)
     assert server.get("pods", "ls") is not None
@@ -278,12 +286,13 @@ async def test_memory_evict_through_eviction_api(tmp_path: Path, server: FakeAPI
 async def test_memory_evict_dry_run_records_only(tmp_path: Path, server: FakeAPIServer) -> None:
     _memory_node(tmp_path, server)
     async with running_agent(tmp_path, server, feature_gates={"BEMemoryEvict": True}, dry_run=True) as agent:
-        await wait_for(
+        await wait_until(
             lambda: len([d for d in agent.decisions.recent() if d.action == "evict"]) >= 3,
-            what="three recorded evictions",
+            timeout=10,
+            message="three recorded evictions",
         )
         start = rounds(agent)
-        await wait_for(lambda: rounds(agent) >= start + 8, what="more rounds")
+        await wait_until(lambda: rounds(agent) >= start + 8, timeout=10, message="more rounds")
         evicts = [d for d in agent.decisions.recent() if d.action == "evict"]
     assert server.evictions == []
     assert [d.target for d in evicts] == ["default/be-a", "default/be-b", "default/be-c"]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import NOW, make_node, make_pod, make_slo, make_store
 
 from koordqos.config import build_config
 from koordqos.metrics.types import MetricKind
-from koordqos.model.pod import BATCH_CPU, MID_CPU, KubeQoS, PodInfo
+from koordqos.model.keys import BATCH_CPU, MID_CPU
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.strategies.cpuevict import (
     BECPUValues,
     CPUEvictInputs,
@@ -25,6 +26,8 @@ from koordqos.strategies.eviction import (
     sort_be_pods_for_cpu,
     sort_by_priority,
 )
+
+from .conftest import NOW, make_node, make_pod, make_slo, make_store
 
 ENABLED = {"koordinator.sh/eviction-enabled": "true"}
 

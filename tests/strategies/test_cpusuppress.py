@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_node, make_pod
 
-from koordqos.model.pod import KubeQoS, NodeInfo, PodInfo
+from koordqos.model.node import NodeInfo
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.strategies.cpupick import Processor, pick_be_cpus
 from koordqos.strategies.cpusuppress import (
     CPUSuppress,
@@ -24,6 +25,8 @@ from koordqos.strategies.cpusuppress import (
 )
 from koordqos.strategies.intents import CFS_QUOTA, CPUSET_CPUS, BEDir, CgroupSet
 from koordqos.strategies.usage import calculate_filter_pods_used, non_be_host_app, non_be_pod
+
+from .conftest import make_node, make_pod
 
 BE = "kubepods/besteffort"
 POD = f"{BE}/podbe"
@@ -421,8 +424,9 @@ async def test_recovery_is_remembered_only_once_its_write_landed(tmp_path: Path)
     from koordqos.events.types import NodeSLOUpdated, NodeUpdated
     from koordqos.metrics.store import MetricStore
     from koordqos.metrics.topology import read_topology
+    from koordqos.model.node import NodeInfo
     from koordqos.model.nodeslo import parse_nodeslo
-    from koordqos.model.pod import KubeQoS, NodeInfo
+    from koordqos.model.qos import KubeQoS
     from koordqos.state import NodeState, reduce
     from koordqos.strategies.cpusuppress import CPUSuppressStrategy
     from koordqos.strategies.framework import StrategyEnv

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import make_pod
 
-from koordqos.model.pod import BATCH_CPU, MID_CPU, PodInfo
+from koordqos.model.keys import BATCH_CPU, MID_CPU
+from koordqos.model.pod import PodInfo
 from koordqos.strategies.eviction import (
     EvictTask,
     ReleaseTarget,
@@ -14,6 +14,8 @@ from koordqos.strategies.eviction import (
     kill_and_evict_sync,
     sub_release_no_negative,
 )
+
+from .conftest import make_pod
 
 Mi = 1024**2
 Gi = 1024**3

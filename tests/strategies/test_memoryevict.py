@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from conftest import Gi, make_node, make_pod, make_slo, make_store
 
-from koordqos.model.pod import BATCH_MEMORY, MID_MEMORY, KubeQoS, PodInfo
+from koordqos.model.keys import BATCH_MEMORY, MID_MEMORY
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.strategies.cpuevict import allocatable_release
 from koordqos.strategies.eviction import EvictTask, kill_and_evict_sync, sort_by_priority
 from koordqos.strategies.memoryevict import MemoryEvictInputs, plan_memory_evict, used_threshold_release
 from koordqos.strategies.thresholds import check_memory_allocatable, check_memory_common, check_memory_used
+
+from .conftest import Gi, make_node, make_pod, make_slo, make_store
 
 G = 10**9
 NODE = make_node(80, 120 * G)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import make_slo
 
 from koordqos.strategies.thresholds import (
     check_be_satisfaction,
@@ -15,6 +14,8 @@ from koordqos.strategies.thresholds import (
     check_memory_common,
     check_memory_used,
 )
+
+from .conftest import make_slo
 
 
 def t(**kw: Any) -> Any:

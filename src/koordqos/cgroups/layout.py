@@ -22,7 +22,8 @@ from prometheus_client import Counter
 from koordqos import observability as obs
 from koordqos.cgroups.resources import CgroupVersion, Resource, get_resource
 from koordqos.errors import CgroupError, PathEscapeError
-from koordqos.model.pod import KubeQoS, PodInfo
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS
 
 log = structlog.get_logger("koordqos.cgroups")
 

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO
-from koordqos.model.pod import NodeInfo, PodInfo
+from koordqos.model.pod import PodInfo
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ from koordqos.hooks.resources import (
     milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
-from koordqos.model.pod import BATCH_CPU, BATCH_MEMORY, QoSClass
+from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY
+from koordqos.model.qos import QoSClass
 
 NAME = "BatchResource"
 GATE = "BatchResource"

@@ -22,7 +22,9 @@ from koordqos.hooks.resources import (
     resources_from_container,
     resources_from_pod,
 )
-from koordqos.model.pod import LABEL_QOS, ContainerInfo, KubeQoS, PodInfo, QoSClass
+from koordqos.model.keys import LABEL_QOS
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS, QoSClass
 
 Source = Literal["nri", "proxy", "reconciler"]
 

@@ -19,7 +19,7 @@ import structlog
 from koordqos.hooks.context import ContainerContext, KubeQoSContext, Stage, qos_from_labels
 from koordqos.hooks.framework import HookFn
 from koordqos.hooks.rules import ClassCPUQOS, SLOView
-from koordqos.model.pod import KubeQoS, QoSClass
+from koordqos.model.qos import KubeQoS, QoSClass
 
 log = structlog.get_logger("koordqos.hooks.coresched")
 

@@ -9,7 +9,7 @@ from koordqos.hooks.context import ContainerContext, PodContext, Stage, qos_from
 from koordqos.hooks.cpusetutil import has_pinned_cpuset
 from koordqos.hooks.framework import HookFn
 from koordqos.hooks.resources import Resources
-from koordqos.model.pod import QoSClass
+from koordqos.model.qos import QoSClass
 
 NAME = "CPUNormalization"
 GATE = "CPUNormalization"

@@ -9,7 +9,7 @@ from koordqos.hooks.context import ContainerContext, HostAppContext, PodContext,
 from koordqos.hooks.cpusetutil import parse_resource_status
 from koordqos.hooks.framework import HookFn
 from koordqos.hooks.rules import CPUSharePool, TopologyView
-from koordqos.model.pod import KubeQoS, QoSClass
+from koordqos.model.qos import KubeQoS, QoSClass
 
 NAME = "CPUSetAllocator"
 GATE = "CPUSetAllocator"

@@ -15,7 +15,7 @@ from koordqos.hooks.context import HostAppContext, KubeQoSContext, PodContext, S
 from koordqos.hooks.framework import HookFn
 from koordqos.hooks.resources import Resources
 from koordqos.hooks.rules import SLOView
-from koordqos.model.pod import KubeQoS, QoSClass
+from koordqos.model.qos import KubeQoS, QoSClass
 
 NAME = "GroupIdentity"
 GATE = "GroupIdentity"

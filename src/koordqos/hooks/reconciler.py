@@ -62,8 +62,10 @@ from koordqos.hooks.context import (
 from koordqos.hooks.resources import ExtendedResourceSpecError, extended_from_annotation
 from koordqos.hooks.runtime import RuntimeHooks, pod_qos_condition
 from koordqos.metrics.hostapp import host_app_dir
+from koordqos.model.keys import ANNOTATION_DOCKER_TYPE
 from koordqos.model.nodeslo import CgroupPath, HostApplicationSpec
-from koordqos.model.pod import ANNOTATION_DOCKER_TYPE, KubeQoS, PodInfo, QoSClass
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.once import SeenOnce
 from koordqos.state import NodeState
 

@@ -12,7 +12,8 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from koordqos.errors import ModelError
-from koordqos.model.pod import BATCH_CPU, BATCH_MEMORY, ContainerInfo, PodInfo
+from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY
+from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.quantity import to_int
 
 CFS_BASE_PERIOD = 100_000

@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO, ResourceQOS
-from koordqos.model.pod import NodeInfo
 
 ANNOTATION_CPU_NORMALIZATION_RATIO = "node.koordinator.sh/cpu-normalization-ratio"
 ANNOTATION_CPU_SHARED_POOLS = "node.koordinator.sh/cpu-shared-pools"

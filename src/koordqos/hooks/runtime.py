@@ -36,8 +36,9 @@ from koordqos.hooks.rules import (
     slo_view,
     topology_view,
 )
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO
-from koordqos.model.pod import NodeInfo, QoSClass
+from koordqos.model.qos import QoSClass
 from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.hooks")

@@ -48,7 +48,8 @@ from koordqos.events.types import (
 )
 from koordqos.kube.sources import NodeSLOSource
 from koordqos.model.node import NodeInfo
-from koordqos.model.pod import ContainerInfo, KubeQoS, PodInfo
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.once import SeenOnce
 
 if TYPE_CHECKING:

@@ -39,8 +39,10 @@ from koordqos.metrics.types import (
     NodeSample,
     PodSample,
 )
+from koordqos.model.keys import BATCH_CPU
 from koordqos.model.nodeslo import CgroupPath, HostApplicationSpec
-from koordqos.model.pod import BATCH_CPU, KubeQoS, PodInfo, QoSClass
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.metrics")

@@ -13,7 +13,7 @@ from koordqos.cgroups.layout import CgroupLayout, check_relative
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.errors import CgroupError
 from koordqos.model.nodeslo import CgroupPath
-from koordqos.model.pod import KubeQoS
+from koordqos.model.qos import KubeQoS
 
 # subsystems the collector reads a host application's counters from (v1 checks each hierarchy)
 MEASURED_SUBSYSTEMS = ("cpu", "cpuacct", "memory")

@@ -1,9 +1,9 @@
-"""Pod and node views: what strategies and hooks read of a pod, parsed once from raw API dicts.
+"""The pod as strategies and hooks read it (`PodInfo`), parsed once from a raw API dict.
 
 `parse_pod(raw)` turns a pod JSON dict (as the API server or kubelet sends it) into a `PodInfo` without the
 Kubernetes client's typed models. Quantities are integers: `cpu` in milli-cores, memory in bytes, batch/mid
-CPU as the integer milli-cores they are on the wire. The classification rules are qos-manager.md §4 and
-runtime-hooks.md §6.3; the annotation/label formats are runtime-hooks.md §6.4 and qos-manager.md §3.4.
+CPU as the integer milli-cores they are on the wire. Classification (QoS, priority) is `koordqos.model.qos`;
+label/annotation keys are `koordqos.model.keys` and their parsers `koordqos.model.pod_annotations`.
 
 Typed accessors (`pod.resource_status`, `pod.cpu_qos`, `pod.eviction_priority`, …) parse lazily, once per
 PodInfo. A malformed value falls back as the spec says (usually "absent") and is listed in `pod.problems`
@@ -13,102 +13,31 @@ Hooks whose spec says "bad JSON → error" check `pod.problems` for their key.
 
 from __future__ import annotations
 
-import enum
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from koordqos.errors import ModelError
-from koordqos.model.cpuset import parse_cpuset
-from koordqos.model.node import NodeInfo, parse_node
-from koordqos.model.nodeslo import CPUBurstConfig, PodCPUQOSConfig, PodMemoryQOSConfig, format_model_error
+from koordqos.model.keys import ANNOTATION_DOCKER_TYPE, LABEL_PRIORITY_CLASS, LABEL_QOS
+from koordqos.model.nodeslo import CPUBurstConfig, PodCPUQOSConfig, PodMemoryQOSConfig
+from koordqos.model.pod_annotations import ContainerResources, PodExtensions, ResourceStatus, parse_extensions
 from koordqos.model.problems import report_problem
+from koordqos.model.qos import (
+    KUBE_QOS_BY_NAME,
+    PRIORITY_DEFAULT,
+    KubeQoS,
+    PriorityClass,
+    QoSClass,
+    compute_kube_qos,
+    effective_priority_class,
+    effective_qos,
+    priority_class_from_label,
+    qos_from_label,
+)
 from koordqos.model.quantity import parse_resource_list
 
-LABEL_QOS = "koordinator.sh/qosClass"
-LABEL_PRIORITY_CLASS = "koordinator.sh/priority-class"
-LABEL_SUB_PRIORITY = "koordinator.sh/priority"
-LABEL_EVICTION_ENABLED = "koordinator.sh/eviction-enabled"
-LABEL_CORE_SCHED_GROUP_ID = "koordinator.sh/core-sched-group-id"
-LABEL_CORE_SCHED_POLICY = "koordinator.sh/core-sched-policy"
-LABEL_SKIP_HOOKSERVER = "runtimeproxy.koordinator.sh/skip-hookserver"
-ANNOTATION_EVICTION_PRIORITY = "koordinator.sh/eviction-priority"
-ANNOTATION_EVICTION_POLICY = "koordinator.sh/eviction-policy"
-ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
-ANNOTATION_EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
-ANNOTATION_CPU_QOS = "koordinator.sh/cpuQOS"
-ANNOTATION_MEMORY_QOS = "koordinator.sh/memoryQOS"
-ANNOTATION_CPU_BURST = "koordinator.sh/cpuBurst"
-ANNOTATION_OOM_SCORE_ADJ = "koordinator.sh/oom-score-adj"
-ANNOTATION_OOM_SCORE_ADJ_SPEC = "koordinator.sh/oom-score-adj-spec"
-ANNOTATION_RESCTRL = "node.koordinator.sh/resctrl"
-ANNOTATION_BLKIO_QOS = "koordinator.sh/blkioQOS"
-ANNOTATION_NETWORK_QOS = "koordinator.sh/networkQOS"
-ANNOTATION_DEVICE_ALLOCATED = "scheduling.koordinator.sh/device-allocated"
-ANNOTATION_DOCKER_TYPE = "io.kubernetes.docker.type"
-BATCH_CPU = "kubernetes.io/batch-cpu"
-BATCH_MEMORY = "kubernetes.io/batch-memory"
-MID_CPU = "kubernetes.io/mid-cpu"
-MID_MEMORY = "kubernetes.io/mid-memory"
-
-__all__ = [
-    "BATCH_CPU",
-    "BATCH_MEMORY",
-    "MID_CPU",
-    "MID_MEMORY",
-    "ContainerInfo",
-    "ContainerResources",
-    "KubeQoS",
-    "NUMANodeResource",
-    "NodeInfo",
-    "PodExtensions",
-    "PodInfo",
-    "PriorityClass",
-    "QoSClass",
-    "ResourceStatus",
-    "compute_kube_qos",
-    "parse_node",
-    "parse_pod",
-    "priority_class_of",
-]
-
-
-class QoSClass(enum.StrEnum):
-    """Koordinator QoS class (`koordinator.sh/qosClass`); NONE is the empty string."""
-
-    LSE = "LSE"
-    LSR = "LSR"
-    LS = "LS"
-    BE = "BE"
-    SYSTEM = "SYSTEM"
-    NONE = ""
-
-
-class KubeQoS(enum.StrEnum):
-    """Kubernetes QoS class; decides the pod's cgroup parent."""
-
-    GUARANTEED = "Guaranteed"
-    BURSTABLE = "Burstable"
-    BESTEFFORT = "BestEffort"
-
-
-class PriorityClass(enum.StrEnum):
-    """Koordinator priority class."""
-
-    PROD = "koord-prod"
-    MID = "koord-mid"
-    BATCH = "koord-batch"
-    FREE = "koord-free"
-    NONE = ""
-
-
-_QOS_VALUES = frozenset(q.value for q in QoSClass) - {""}
-_PRIORITY_VALUES = frozenset(p.value for p in PriorityClass) - {""}
-_KUBE_QOS_VALUES = {q.value: q for q in KubeQoS}
+__all__ = ["ContainerInfo", "PodInfo", "parse_pod"]
 
 
 class ContainerInfo(BaseModel):
@@ -133,63 +62,6 @@ class ContainerInfo(BaseModel):
         """The runtime prefix of the container id (`containerd`, `docker`, `cri-o`, …), "" when unknown."""
         prefix, sep, _ = self.container_id.partition("://")
         return prefix if sep else ""
-
-
-@dataclass(frozen=True, slots=True)
-class NUMANodeResource:
-    """One NUMA node of a scheduler allocation (resources in the agent's units)."""
-
-    node: int
-    resources: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class ResourceStatus:
-    """Annotation `scheduling.koordinator.sh/resource-status`: the scheduler's cpuset / NUMA allocation."""
-
-    cpuset: str = ""
-    numa_node_resources: tuple[NUMANodeResource, ...] = ()
-
-    @property
-    def cpus(self) -> tuple[int, ...]:
-        """The cpuset as CPU ids (validated at parse time)."""
-        return parse_cpuset(self.cpuset)
-
-    @property
-    def numa_aware(self) -> bool:
-        """Some NUMA node carries a non-zero `cpu` or a positive batch-cpu (runtime-hooks.md §3.3)."""
-        return any(
-            n.resources.get("cpu", 0) != 0 or n.resources.get(BATCH_CPU, 0) > 0
-            for n in self.numa_node_resources
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerResources:
-    """One container of `node.koordinator.sh/extended-resource-spec`; None = not given (nil in Go)."""
-
-    requests: Mapping[str, int] | None = None
-    limits: Mapping[str, int] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PodExtensions:
-    """Typed views of the pod's Koordinator labels/annotations; malformed ones fall back (see problems)."""
-
-    resource_status: ResourceStatus | None = None
-    extended_resource_spec: Mapping[str, ContainerResources] | None = None
-    cpu_qos: PodCPUQOSConfig | None = None
-    memory_qos: PodMemoryQOSConfig | None = None
-    cpu_burst: CPUBurstConfig | None = None
-    eviction_enabled: bool = False
-    eviction_priority: int = 0
-    eviction_policy: frozenset[str] | None = None  # None: annotation absent (every feature allowed)
-    oom_score_adj: int | None = None
-    oom_score_adj_spec: Mapping[str, int] | None = None
-    core_sched_group_id: str = ""
-    core_sched_policy: str = ""
-    priority_label: int | None = None
-    problems: Mapping[str, str] = field(default_factory=dict)
 
 
 class PodInfo(BaseModel):
@@ -226,41 +98,22 @@ class PodInfo(BaseModel):
     @property
     def qos_raw(self) -> QoSClass:
         """QoS class from the label only; anything unknown is NONE."""
-        value = self.labels.get(LABEL_QOS, "")
-        if value in _QOS_VALUES:
-            return QoSClass(value)
-        return QoSClass.NONE
+        return qos_from_label(self.labels.get(LABEL_QOS))
 
     @property
     def qos(self) -> QoSClass:
         """QoS class with the Kubernetes-QoS fallback (Guaranteed→LSR, Burstable→LS, BestEffort→BE)."""
-        raw = self.qos_raw
-        if raw is not QoSClass.NONE:
-            return raw
-        return _QOS_BY_KUBE[self.kube_qos]
+        return effective_qos(self.labels.get(LABEL_QOS), self.kube_qos)
 
     @property
     def priority_class_raw(self) -> PriorityClass:
         """Priority class from the label, else from spec.priority ranges."""
-        label = self.labels.get(LABEL_PRIORITY_CLASS)
-        if label is not None:
-            if label in _PRIORITY_VALUES:
-                return PriorityClass(label)
-            return PriorityClass.NONE
-        return priority_class_of(self.priority)
+        return priority_class_from_label(self.labels.get(LABEL_PRIORITY_CLASS), self.priority)
 
     @property
     def priority_class(self) -> PriorityClass:
         """Priority class with the QoS default (SYSTEM/LSE/LSR/LS → prod, BE → batch)."""
-        raw = self.priority_class_raw
-        if raw is not PriorityClass.NONE:
-            return raw
-        qos = self.qos
-        if qos is QoSClass.BE:
-            return PriorityClass.BATCH
-        if qos is QoSClass.NONE:
-            return PriorityClass.NONE
-        return PriorityClass.PROD
+        return effective_priority_class(self.priority_class_raw, self.qos)
 
     @property
     def priority_value(self) -> int:
@@ -330,7 +183,7 @@ class PodInfo(BaseModel):
     @cached_property
     def ext(self) -> PodExtensions:
         """Parsed Koordinator labels/annotations (computed once; problems reported once per pod and value)."""
-        return _parse_extensions(self)
+        return parse_extensions(self.labels, self.annotations, self.uid, self.key)
 
     @property
     def problems(self) -> Mapping[str, str]:
@@ -411,37 +264,6 @@ class PodInfo(BaseModel):
         return ANNOTATION_DOCKER_TYPE in self.annotations
 
 
-_QOS_BY_KUBE: Mapping[KubeQoS, QoSClass] = {
-    KubeQoS.GUARANTEED: QoSClass.LSR,
-    KubeQoS.BURSTABLE: QoSClass.LS,
-    KubeQoS.BESTEFFORT: QoSClass.BE,
-}
-
-PRIORITY_RANGES: Mapping[PriorityClass, tuple[int, int]] = {
-    PriorityClass.PROD: (9000, 9999),
-    PriorityClass.MID: (7000, 7999),
-    PriorityClass.BATCH: (5000, 5999),
-    PriorityClass.FREE: (3000, 3999),
-}
-PRIORITY_DEFAULT: Mapping[PriorityClass, int] = {
-    PriorityClass.PROD: 9500,
-    PriorityClass.MID: 7500,
-    PriorityClass.BATCH: 5500,
-    PriorityClass.FREE: 3500,
-    PriorityClass.NONE: 0,
-}
-
-
-def priority_class_of(priority: int | None) -> PriorityClass:
-    """Priority class by spec.priority range; None or out of every range → NONE."""
-    if priority is None:
-        return PriorityClass.NONE
-    for cls, (lo, hi) in PRIORITY_RANGES.items():
-        if lo <= priority <= hi:
-            return cls
-    return PriorityClass.NONE
-
-
 def _kube_effective(pod: PodInfo, resource: str, attr: str) -> int:
     def val(c: ContainerInfo) -> int:
         values: Mapping[str, int] = c.requests if attr == "requests" else c.limits
@@ -458,183 +280,7 @@ def _kube_effective(pod: PodInfo, resource: str, attr: str) -> int:
     return max(total + sidecars, init_max)
 
 
-# -- annotation parsing ------------------------------------------------------------------------------------
-
-
-def _json(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise ModelError(f"invalid JSON: {exc}") from None
-
-
-def parse_resource_status(raw: str) -> ResourceStatus:
-    """`scheduling.koordinator.sh/resource-status` JSON → ResourceStatus; ModelError if malformed."""
-    doc = _json(raw)
-    if not isinstance(doc, dict):
-        raise ModelError("expected a JSON object")
-    cpuset = doc.get("cpuset") or ""
-    if not isinstance(cpuset, str):
-        raise ModelError("cpuset must be a string")
-    parse_cpuset(cpuset)
-    numa: list[NUMANodeResource] = []
-    for item in doc.get("numaNodeResources") or []:
-        if not isinstance(item, dict) or not isinstance(item.get("node", 0), int):
-            raise ModelError("numaNodeResources entries must be objects with an integer node")
-        resources, errs = parse_resource_list(item.get("resources") or {})
-        if errs:
-            raise ModelError("numaNodeResources: " + "; ".join(errs))
-        numa.append(NUMANodeResource(int(item.get("node", 0)), resources))
-    return ResourceStatus(cpuset, tuple(numa))
-
-
-def parse_extended_resource_spec(raw: str) -> dict[str, ContainerResources]:
-    """`node.koordinator.sh/extended-resource-spec` JSON → {container: ContainerResources}; ModelError."""
-    doc = _json(raw)
-    if not isinstance(doc, dict) or not isinstance(doc.get("containers") or {}, dict):
-        raise ModelError('expected {"containers": {"<name>": {"requests": {...}, "limits": {...}}}}')
-    out: dict[str, ContainerResources] = {}
-    for name, spec in (doc.get("containers") or {}).items():
-        if not isinstance(spec, dict):
-            raise ModelError(f"containers.{name}: expected an object")
-        parts: dict[str, dict[str, int] | None] = {}
-        for part in ("requests", "limits"):
-            value = spec.get(part)
-            if value is None:
-                parts[part] = None
-                continue
-            values, errs = parse_resource_list(value)
-            if errs:
-                raise ModelError(f"containers.{name}.{part}: " + "; ".join(errs))
-            parts[part] = values
-        out[str(name)] = ContainerResources(parts["requests"], parts["limits"])
-    return out
-
-
-def parse_eviction_policy(raw: str) -> frozenset[str]:
-    """`koordinator.sh/eviction-policy` → allowed feature names; anything but a JSON list → empty."""
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        return frozenset()
-    if not isinstance(doc, list):
-        return frozenset()
-    return frozenset(x for x in doc if isinstance(x, str))
-
-
-def _model_annotation(cls: type[Any], raw: str) -> Any:
-    doc = _json(raw)
-    if not isinstance(doc, dict):
-        raise ModelError("expected a JSON object")
-    try:
-        return cls.model_validate(doc)
-    except ValidationError as exc:
-        raise ModelError(format_model_error(exc)) from None
-
-
-def _parse_extensions(pod: PodInfo) -> PodExtensions:
-    labels, ann = pod.labels, pod.annotations
-    problems: dict[str, str] = {}
-    values: dict[str, Any] = {}
-
-    qos = labels.get(LABEL_QOS)
-    if qos and qos not in _QOS_VALUES:
-        problems[LABEL_QOS] = f"unknown QoS class {qos!r} (treated as none)"
-    pc = labels.get(LABEL_PRIORITY_CLASS)
-    if pc is not None and pc not in _PRIORITY_VALUES:
-        problems[LABEL_PRIORITY_CLASS] = f"unknown priority class {pc!r} (treated as none)"
-    sub = labels.get(LABEL_SUB_PRIORITY)
-    if sub is not None:
-        try:
-            values["priority_label"] = int(sub)
-        except ValueError:
-            problems[LABEL_SUB_PRIORITY] = f"not an integer: {sub!r}"
-
-    values["eviction_enabled"] = labels.get(LABEL_EVICTION_ENABLED) == "true"
-    ep = ann.get(ANNOTATION_EVICTION_PRIORITY)
-    if ep is not None:
-        try:
-            prio = int(ep)
-            if not -(2**31) <= prio < 2**31:
-                raise ValueError("out of int32 range")
-            values["eviction_priority"] = prio
-        except ValueError as exc:
-            problems[ANNOTATION_EVICTION_PRIORITY] = f"invalid int32 ({exc}); using 0"
-    policy = ann.get(ANNOTATION_EVICTION_POLICY)
-    if policy is not None:
-        allowed = parse_eviction_policy(policy)
-        values["eviction_policy"] = allowed
-        if not allowed:
-            problems[ANNOTATION_EVICTION_POLICY] = "not a non-empty JSON array of names: no eviction allowed"
-
-    parsers: Sequence[tuple[str, str, Any]] = (
-        (ANNOTATION_RESOURCE_STATUS, "resource_status", parse_resource_status),
-        (ANNOTATION_EXTENDED_RESOURCE_SPEC, "extended_resource_spec", parse_extended_resource_spec),
-        (ANNOTATION_CPU_QOS, "cpu_qos", lambda r: _model_annotation(PodCPUQOSConfig, r)),
-        (ANNOTATION_MEMORY_QOS, "memory_qos", lambda r: _model_annotation(PodMemoryQOSConfig, r)),
-        (ANNOTATION_CPU_BURST, "cpu_burst", lambda r: _model_annotation(CPUBurstConfig, r)),
-        (ANNOTATION_OOM_SCORE_ADJ_SPEC, "oom_score_adj_spec", _parse_oom_spec),
-    )
-    for key, attr, parser in parsers:
-        raw = ann.get(key)
-        if raw is None or (raw == "" and key != ANNOTATION_RESOURCE_STATUS):
-            continue
-        try:
-            values[attr] = parser(raw)
-        except ModelError as exc:
-            problems[key] = str(exc)
-
-    oom = ann.get(ANNOTATION_OOM_SCORE_ADJ)
-    if oom:
-        try:
-            values["oom_score_adj"] = int(oom)
-        except ValueError:
-            problems[ANNOTATION_OOM_SCORE_ADJ] = f"not an integer: {oom!r}"
-
-    values["core_sched_group_id"] = labels.get(LABEL_CORE_SCHED_GROUP_ID, "")
-    cs_policy = labels.get(LABEL_CORE_SCHED_POLICY, "")
-    if cs_policy in ("", "none", "exclusive"):
-        values["core_sched_policy"] = cs_policy
-    else:
-        problems[LABEL_CORE_SCHED_POLICY] = f"unknown policy {cs_policy!r} (treated as default)"
-
-    for key, msg in problems.items():
-        report_problem("pod", pod.uid, pod.key, key, labels.get(key) or ann.get(key) or "", msg)
-    return PodExtensions(problems=problems, **values)
-
-
-def _parse_oom_spec(raw: str) -> dict[str, int]:
-    doc = _json(raw)
-    if not isinstance(doc, dict) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in doc.values()
-    ):
-        raise ModelError('expected {"<container>": <int>}')
-    return {str(k): int(v) for k, v in doc.items()}
-
-
 # -- raw pod dict → PodInfo ----------------------------------------------------------------------------------
-
-
-def compute_kube_qos(containers: Sequence[ContainerInfo]) -> KubeQoS:
-    """Kubernetes QoS from cpu/memory requests and limits of every (init) container (k8s `GetPodQOS`)."""
-    requests: dict[str, int] = {}
-    limits: dict[str, int] = {}
-    guaranteed = True
-    for c in containers:
-        for r in ("cpu", "memory"):
-            req = c.requests.get(r, 0)
-            if req > 0:
-                requests[r] = requests.get(r, 0) + req
-            lim = c.limits.get(r, 0)
-            if lim > 0:
-                limits[r] = limits.get(r, 0) + lim
-        if not (c.limits.get("cpu", 0) > 0 and c.limits.get("memory", 0) > 0):
-            guaranteed = False
-    if not requests and not limits:
-        return KubeQoS.BESTEFFORT
-    if guaranteed and requests.keys() == limits.keys() and all(requests[r] == limits[r] for r in requests):
-        return KubeQoS.GUARANTEED
-    return KubeQoS.BURSTABLE
 
 
 def _container_states(statuses: Any) -> dict[str, tuple[str, str]]:
@@ -693,7 +339,7 @@ def parse_pod(raw: Mapping[str, Any], source: str = "api") -> PodInfo:
     init_containers = _containers(
         spec.get("initContainers"), status.get("initContainerStatuses"), True, problems, "spec.initContainers"
     )
-    kube_qos = _KUBE_QOS_VALUES.get(status.get("qosClass") or "")
+    kube_qos = KUBE_QOS_BY_NAME.get(status.get("qosClass") or "")
     if kube_qos is None:
         kube_qos = compute_kube_qos((*init_containers, *containers))
     priority = spec.get("priority")

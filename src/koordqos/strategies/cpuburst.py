@@ -29,7 +29,8 @@ from koordqos.errors import CgroupError
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
 from koordqos.model.nodeslo import CPUBurstConfig, merge_pod_cpu_burst
-from koordqos.model.pod import ContainerInfo, PodInfo, QoSClass
+from koordqos.model.pod import ContainerInfo, PodInfo
+from koordqos.model.qos import QoSClass
 from koordqos.state import NodeState
 from koordqos.strategies.framework import StrategyEnv
 

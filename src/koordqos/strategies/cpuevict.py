@@ -18,8 +18,10 @@ import structlog
 from koordqos.config import AgentConfig
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
+from koordqos.model.keys import BATCH_CPU
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO, ResourceThresholdStrategy, is_feature_disabled
-from koordqos.model.pod import BATCH_CPU, NodeInfo, PodInfo
+from koordqos.model.pod import PodInfo
 from koordqos.state import NodeState
 from koordqos.strategies.eviction import (
     EXTENDED_RESOURCE_CLASS,

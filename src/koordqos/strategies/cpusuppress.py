@@ -20,8 +20,10 @@ from koordqos.config import AgentConfig
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
 from koordqos.model.cpuset import format_cpuset
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO, is_feature_disabled
-from koordqos.model.pod import KubeQoS, NodeInfo, PodInfo, QoSClass
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.observability import REGISTRY
 from koordqos.state import NodeState
 from koordqos.strategies.cpupick import Processor, pick_be_cpus

@@ -11,15 +11,9 @@ import enum
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from koordqos.model.pod import (
-    BATCH_CPU,
-    BATCH_MEMORY,
-    MID_CPU,
-    MID_MEMORY,
-    PodInfo,
-    PriorityClass,
-    QoSClass,
-)
+from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import PriorityClass, QoSClass
 
 EVICTED_REASON = "evicted"  # koordlet's EvictedStr: the reason passed to the evictor
 

@@ -24,7 +24,8 @@ from koordqos.config import AgentConfig
 from koordqos.decisions import DecisionLog
 from koordqos.errors import CgroupError
 from koordqos.events.types import MetricTick
-from koordqos.model.pod import KubeQoS, PodInfo
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS
 from koordqos.once import SeenOnce
 from koordqos.state import NodeState
 from koordqos.strategies.cpupick import Processor

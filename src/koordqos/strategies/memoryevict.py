@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from koordqos.config import AgentConfig
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO, ResourceThresholdStrategy
-from koordqos.model.pod import NodeInfo, PodInfo
+from koordqos.model.pod import PodInfo
 from koordqos.state import NodeState
 from koordqos.strategies.cpuevict import (
     EvictPlan,

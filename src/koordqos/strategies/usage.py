@@ -6,8 +6,10 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import HostApplicationSpec
-from koordqos.model.pod import KubeQoS, NodeInfo, PodInfo, PriorityClass, QoSClass
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS, PriorityClass, QoSClass
 
 ANNOTATION_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-policy"
 

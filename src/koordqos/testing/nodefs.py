@@ -14,7 +14,8 @@ from pathlib import Path
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.model.cpuset import format_cpuset
-from koordqos.model.pod import KubeQoS, PodInfo
+from koordqos.model.pod import PodInfo
+from koordqos.model.qos import KubeQoS
 
 GiB = 1 << 30
 V1_SUBSYSTEMS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")

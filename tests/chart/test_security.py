@@ -1,0 +1,213 @@
+"""Security-relevant fields of the rendered chart: privileges, RBAC, host mounts, probes, scheduling."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import helm_python as helm
+
+from .chart_render import NAMESPACE, Rendered, render
+
+# Exactly the access the agent needs in cluster mode (ARCHITECTURE.md; deployment.md §1.1 note).
+MINIMAL_RBAC = {
+    ("", "pods", "get"),
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "pods/eviction", "create"),
+    ("", "nodes", "get"),
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
+    ("slo.koordinator.sh", "nodeslos", "get"),
+    ("slo.koordinator.sh", "nodeslos", "list"),
+    ("slo.koordinator.sh", "nodeslos", "watch"),
+    ("", "events", "create"),
+    ("", "events", "patch"),
+}
+
+
+def _walk(node: Any) -> Iterator[tuple[str, Any]]:
+    """Every (key, value) pair anywhere in a manifest."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield key, value
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _walk(item)
+
+
+def _privileged_anywhere(rendered: Rendered) -> bool:
+    return any(key == "privileged" and value is True for m in rendered.manifests for key, value in _walk(m))
+
+
+def _rbac_grants(rendered: Rendered) -> set[tuple[str, str, str]]:
+    grants = set()
+    for rule in rendered.one("ClusterRole")["rules"]:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}, "no resourceNames/nonResourceURLs expected"
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    grants.add((group, resource, verb))
+    return grants
+
+
+def test_not_privileged_unless_asked(any_render: Rendered) -> None:
+    assert not _privileged_anywhere(any_render)
+    assert any_render.container["securityContext"]["privileged"] is False
+
+
+def test_privileged_only_when_the_value_asks(chart: helm.Chart) -> None:
+    rendered = render(chart, {"securityContext": {"privileged": True}})
+    assert _privileged_anywhere(rendered)
+    sc = rendered.container["securityContext"]
+    assert sc["privileged"] is True
+    # Kubernetes rejects privileged together with allowPrivilegeEscalation: false.
+    assert sc["allowPrivilegeEscalation"] is True
+    assert "capabilities" not in sc
+
+
+def test_default_security_context_is_least_privilege(default_render: Rendered) -> None:
+    sc = default_render.container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    # Root, because the cgroup / procfs / resctrl files it writes are root-owned 0644.
+    assert sc["runAsUser"] == 0
+    pod = default_render.pod_spec
+    assert "securityContext" not in pod or "privileged" not in pod["securityContext"]
+    assert pod.get("initContainers") is None
+    assert pod["hostNetwork"] is False
+    assert "hostIPC" not in pod
+
+
+def test_added_capabilities_are_exactly_the_values(custom_render: Rendered) -> None:
+    sc = custom_render.container["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+    assert sc["seLinuxOptions"] == {"type": "spc_t"}
+    assert sc["appArmorProfile"] == {"type": "Unconfined"}
+
+
+def test_rbac_is_exactly_the_minimal_set(any_render: Rendered) -> None:
+    assert _rbac_grants(any_render) == MINIMAL_RBAC
+
+
+def test_rbac_binds_the_agent_service_account(default_render: Rendered, custom_render: Rendered) -> None:
+    for rendered, sa_name in ((default_render, "koordqos"), (custom_render, "custom-sa")):
+        binding = rendered.one("ClusterRoleBinding")
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": rendered.one("ClusterRole")["metadata"]["name"],
+        }
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa_name, "namespace": NAMESPACE}]
+        assert rendered.pod_spec["serviceAccountName"] == sa_name
+    assert default_render.one("ServiceAccount")["metadata"]["name"] == "koordqos"
+
+
+def test_rbac_can_be_left_to_the_operator(chart: helm.Chart) -> None:
+    rendered = render(chart, {"rbac": {"create": False}})
+    assert rendered.of_kind("ClusterRole") == []
+    assert rendered.of_kind("ClusterRoleBinding") == []
+
+
+def test_probes_target_healthz_and_readyz_on_the_http_port(any_render: Rendered) -> None:
+    container = any_render.container
+    [port] = container["ports"]
+    assert port["name"] == "http"
+    assert f"--http-addr=0.0.0.0:{port['containerPort']}" in container["args"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+
+
+def test_node_agent_scheduling(any_render: Rendered) -> None:
+    pod = any_render.pod_spec
+    assert pod["hostPID"] is True
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert {"operator": "Exists"} in pod["tolerations"]
+    env = {e["name"]: e for e in any_render.container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert any_render.daemonset["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+
+
+def test_resources_fit_the_memory_budget(default_render: Rendered) -> None:
+    resources = default_render.container["resources"]
+    assert set(resources) == {"requests", "limits"}
+    # ARCHITECTURE.md §4: <= 120 MiB resident with 200 pods; the limit must leave room above it.
+    assert resources["requests"]["memory"] == "128Mi"
+    assert resources["limits"]["memory"] == "256Mi"
+    assert resources["requests"]["cpu"] == "100m"
+
+
+def _mounts(rendered: Rendered) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """mountPath -> (volumeMount, volume)."""
+    volumes = {v["name"]: v for v in rendered.pod_spec["volumes"]}
+    return {m["mountPath"]: (m, volumes[m["name"]]) for m in rendered.container["volumeMounts"]}
+
+
+def test_default_host_mounts(default_render: Rendered) -> None:
+    mounts = _mounts(default_render)
+    host = {
+        path: (m.get("readOnly", False), v["hostPath"]["path"])
+        for path, (m, v) in mounts.items()
+        if "hostPath" in v
+    }
+    assert host == {
+        "/host/cgroup": (False, "/sys/fs/cgroup"),
+        "/host/proc": (False, "/proc"),
+        "/host/sys": (True, "/sys"),
+        "/var/run/nri": (True, "/var/run/nri"),
+    }
+    # The NRI socket's directory, not the socket file: a runtime restart recreates the socket.
+    nri_volume = mounts["/var/run/nri"][1]["hostPath"]
+    assert nri_volume["type"] == "DirectoryOrCreate"
+    assert not any(v.get("hostPath", {}).get("type") == "Socket" for _, v in mounts.values())
+    # No mount propagation back to the host.
+    assert all("mountPropagation" not in m for m, _ in mounts.values())
+
+
+def test_optional_host_mounts(custom_render: Rendered) -> None:
+    mounts = _mounts(custom_render)
+    assert mounts["/host/proc"][0]["readOnly"] is True
+    resctrl_mount, resctrl_volume = mounts["/host/sys/fs/resctrl"]
+    assert resctrl_volume["hostPath"]["path"] == "/sys/fs/resctrl"
+    assert not resctrl_mount.get("readOnly", False)
+    assert mounts["/var/run/koordlet"][1]["hostPath"]["path"] == "/var/run/koordlet"
+    assert mounts["/etc/runtime/hookserver.d"][1]["hostPath"]["path"] == "/etc/runtime/hookserver.d"
+    assert custom_render.pod_spec["hostNetwork"] is True
+    assert custom_render.pod_spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+
+
+def test_nri_disabled_drops_the_mount(chart: helm.Chart) -> None:
+    rendered = render(chart, {"agent": {"nri": {"enabled": False}}})
+    assert "/var/run/nri" not in _mounts(rendered)
+    assert "--enable-nri=false" in rendered.container["args"]
+    assert not any(a.startswith("--nri-socket") for a in rendered.container["args"])
+
+
+def test_metrics_service_and_servicemonitor_select_the_agent(
+    default_render: Rendered, custom_render: Rendered
+) -> None:
+    assert default_render.of_kind("Service") == []
+    assert default_render.of_kind("ServiceMonitor") == []
+    service = custom_render.one("Service")
+    monitor = custom_render.one("ServiceMonitor")
+    pod_labels = custom_render.daemonset["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    [port] = service["spec"]["ports"]
+    assert port == {"name": "http", "port": 19316, "targetPort": "http", "protocol": "TCP"}
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "http"
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["interval"] == "15s"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+
+def test_service_alone(chart: helm.Chart) -> None:
+    rendered = render(chart, {"metrics": {"service": {"enabled": True}}})
+    assert len(rendered.of_kind("Service")) == 1
+    assert rendered.of_kind("ServiceMonitor") == []

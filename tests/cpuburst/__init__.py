@@ -1,1 +1,0 @@
-"""CPU burst strategy tests (qos-manager.md §2.4)."""

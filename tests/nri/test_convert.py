@@ -1,0 +1,170 @@
+"""NRI conversion (nri/convert.py): resources both ways, the decisions of §8, failure policy and dry-run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from koordqos.cgroups.executor import CgroupExecutor
+from koordqos.cgroups.layout import CgroupDriver
+from koordqos.cgroups.resources import CgroupVersion
+from koordqos.decisions import DecisionLog
+from koordqos.errors import HookError
+from koordqos.hooks.resources import Resources
+from koordqos.hooks.runtime import RuntimeHooks
+from koordqos.nri.api import nri_api_pb2 as api
+from koordqos.nri.convert import NRIHooks, differing, envs_from_nri, resources_from_nri
+from koordqos.nri.events import NRICreateContainer, NRIRunPodSandbox, NRISynchronize, NRIUpdateContainer
+from koordqos.state import NodeState
+from koordqos.testing.nodefs import SyntheticNode
+
+
+def make_node(tmp_path: Path) -> SyntheticNode:
+    """A cgroup v1, cgroupfs synthetic node with the bvt extension (as the hook tests use)."""
+    return SyntheticNode(
+        tmp_path / "node", CgroupVersion.V1, CgroupDriver.CGROUPFS, extensions=("cpu.bvt_warp_ns",)
+    )
+
+
+ERS = json.dumps(
+    {
+        "containers": {
+            "c": {
+                "requests": {"kubernetes.io/batch-cpu": "500"},
+                "limits": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "1Gi"},
+            }
+        }
+    }
+)
+
+
+def be_pod(annotation: str = ERS) -> api.PodSandbox:
+    pod = api.PodSandbox(
+        id="sb",
+        name="p",
+        uid="uid-1",
+        namespace="ns",
+        labels={"koordinator.sh/qosClass": "BE"},
+        annotations={"node.koordinator.sh/extended-resource-spec": annotation},
+    )
+    pod.linux.cgroup_parent = "/kubepods/besteffort/poduid-1"
+    return pod
+
+
+def ctr(state: int = api.CONTAINER_RUNNING) -> api.Container:
+    c = api.Container(id="cid", pod_sandbox_id="sb", name="c", state=state, env=["A=1", "=x", "B="])  # type: ignore[arg-type]
+    c.linux.cgroups_path = "/kubepods/besteffort/poduid-1/cid"
+    return c
+
+
+def nh(tmp_path: Path, dry_run: bool = False, policy: str = "Ignore") -> NRIHooks:
+    node = make_node(tmp_path)
+    decisions = DecisionLog(dry_run=dry_run)
+    return NRIHooks(
+        RuntimeHooks(),
+        node.layout,
+        CgroupExecutor(node.layout, decisions),
+        policy,  # type: ignore[arg-type]
+        decisions=decisions,
+    )
+
+
+def test_resources_from_nri_zero_means_unset() -> None:
+    res = api.LinuxResources()
+    res.cpu.shares.value = 0
+    res.cpu.quota.value = 5000
+    res.memory.limit.value = -5
+    assert resources_from_nri(res) == Resources(cfs_quota=5000, memory_limit=-1)
+    assert resources_from_nri(None) is None
+    assert envs_from_nri(["A=1", "=x", "B=", "C=a=b"]) == {"A": "1", "C": "a=b"}
+
+
+def test_differing_only_sends_changes() -> None:
+    want = Resources(cpu_shares=512, cfs_quota=-1, cpuset="", memory_limit=-1)
+    assert not differing(want, Resources(cpu_shares=512)).is_origin_set()
+    assert differing(want, Resources(cpu_shares=2)) == Resources(cpu_shares=512)
+
+
+def test_create_container_adjustment_and_no_update_for_itself(tmp_path: Path) -> None:
+    h = nh(tmp_path)
+    ev = NRICreateContainer(be_pod(), ctr(api.CONTAINER_CREATED))
+    h.create_container(ev, NodeState())
+    r = ev.adjust.linux.resources
+    assert (r.cpu.shares.value, r.cpu.quota.value, r.memory.limit.value) == (512, 50000, 1 << 30)
+    assert not r.cpu.cpus  # the empty BE cpuset is left out in NRI mode
+    assert ev.updates == []
+
+
+def test_update_container_uses_the_requested_resources_and_names_the_container(tmp_path: Path) -> None:
+    h = nh(tmp_path)
+    ls = api.PodSandbox(id="sb", name="p", uid="u2", namespace="ns", labels={"koordinator.sh/qosClass": "LS"})
+    ev = NRIUpdateContainer(ls, ctr())
+    ev.linux_resources.cpu.quota.value = 100000
+    h.update_container(ev, NodeState())
+    assert ev.updates == []  # nothing set: no (empty) update
+    ev = NRIUpdateContainer(be_pod(), ctr())
+    h.update_container(ev, NodeState())
+    assert [u.container_id for u in ev.updates] == ["cid"]
+
+
+def test_synchronize_skips_stopped_and_unchanged_containers(tmp_path: Path) -> None:
+    h = nh(tmp_path)
+    stopped = ctr(api.CONTAINER_STOPPED)
+    ev = NRISynchronize([be_pod()], [stopped])
+    h.synchronize(ev, NodeState())
+    assert ev.updates == []
+    fine = ctr()
+    rr = fine.linux.resources
+    rr.cpu.shares.value, rr.cpu.quota.value, rr.memory.limit.value = 512, 50000, 1 << 30
+    ev = NRISynchronize([be_pod()], [fine])
+    h.synchronize(ev, NodeState())
+    assert ev.updates == []
+
+
+async def test_run_pod_sandbox_fail_policy_writes_nothing(tmp_path: Path) -> None:
+    h = nh(tmp_path, policy="Fail")
+    pod = be_pod()
+    pod_dir = h.layout.normalize_parent(pod.linux.cgroup_parent)
+    quota = h.layout.file_path(pod_dir, "cpu.cfs_quota_us")
+    quota.parent.mkdir(parents=True)
+    quota.write_text("-1\n")
+    # a malformed resource-status makes CPUSetAllocator fail: under Fail nothing is written
+    pod.annotations["scheduling.koordinator.sh/resource-status"] = "bad-format"
+    with pytest.raises(HookError):
+        await h.run_pod_sandbox(NRIRunPodSandbox(pod), NodeState())
+    # under Ignore the BE pod's values are written before the reply
+    h.policy = "Ignore"
+    await h.run_pod_sandbox(NRIRunPodSandbox(be_pod()), NodeState())
+    assert quota.read_text().strip() == "50000"
+
+
+def test_dry_run_records_and_adjusts_nothing(tmp_path: Path) -> None:
+    h = nh(tmp_path, dry_run=True)
+    ev = NRICreateContainer(be_pod(), ctr(api.CONTAINER_CREATED))
+    h.create_container(ev, NodeState())
+    assert ev.adjust.ByteSize() == 0
+    last = h.decisions.recent()[-1]
+    assert last.dry_run
+    assert last.action == "nri-adjust"
+    assert "quota=50000" in str(last.new)
+
+
+def test_missing_pod_linux_and_hostile_paths_are_tolerated(tmp_path: Path) -> None:
+    h = nh(tmp_path)
+    pod = api.PodSandbox(
+        id="sb",
+        name="p",
+        uid="u",
+        namespace="ns",
+        labels={"koordinator.sh/qosClass": "BE"},
+        annotations={"node.koordinator.sh/extended-resource-spec": ERS},
+    )
+    c = ctr()
+    c.linux.cgroups_path = "/kubepods/../../etc"
+    cc = h.container_context(pod, c, NodeState())
+    assert (cc.request.pod_cgroup_parent, cc.request.cgroup_parent) == ("", "")
+    ev = NRICreateContainer(pod, c)
+    h.create_container(ev, NodeState())
+    assert ev.adjust.linux.resources.cpu.quota.value == 50000  # resource values still flow to the runtime

@@ -1,0 +1,92 @@
+"""Supervisor and Agent lifecycle: crashes restart with backoff; stop is prompt."""
+
+from __future__ import annotations
+
+import asyncio
+
+from koordqos.agent import Agent, FunctionComponent, Supervisor
+from koordqos.config import build_config
+from koordqos.testing.poll import wait_until
+
+
+async def test_crashing_component_is_restarted_and_counted() -> None:
+    runs = 0
+    healthy = asyncio.Event()
+
+    async def flaky() -> None:
+        nonlocal runs
+        runs += 1
+        if runs < 4:
+            raise RuntimeError(f"crash {runs}")
+        healthy.set()
+        await asyncio.Event().wait()
+
+    sup = Supervisor(base_delay=0.001, max_delay=0.01)
+    task = asyncio.create_task(sup.supervise(FunctionComponent("flaky", flaky)))
+    await asyncio.wait_for(healthy.wait(), 5)
+    assert runs == 4
+    assert sup.crashes == {"flaky": 3}
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_crash_loop_of_a_component_does_not_stop_the_agent() -> None:
+    cfg = build_config({"server": {"http_addr": "127.0.0.1:0"}, "kube": {"node_name": "n"}})
+    crashes = 0
+
+    async def always_crash() -> None:
+        nonlocal crashes
+        crashes += 1
+        raise RuntimeError("broken")
+
+    agent = Agent(cfg, setups=[], local_mode=True)
+    agent.supervisor = Supervisor(base_delay=0.001, max_delay=0.002)
+    agent.build()
+    agent.components.append(FunctionComponent("broken", always_crash))
+    run = asyncio.create_task(agent.run())
+    await wait_until(lambda: crashes >= 20, timeout=5, message="20 restarts of the crashing component")
+    assert not run.done()
+    agent.stop()
+    await asyncio.wait_for(run, 5)
+
+
+async def test_shutdown_steps_run_after_components_stop_even_if_one_fails() -> None:
+    cfg = build_config({"server": {"http_addr": "127.0.0.1:0"}, "kube": {"node_name": "n"}})
+    agent = Agent(cfg, setups=[], local_mode=True)
+    agent.build()
+    order: list[str] = []
+    stopped = asyncio.Event()
+
+    async def component() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            order.append("component stopped")
+            stopped.set()
+
+    async def failing_step() -> None:
+        order.append("failing step")
+        raise RuntimeError("close failed")
+
+    async def closing_step() -> None:
+        order.append("close client")
+
+    agent.components.append(FunctionComponent("c", component))
+    agent.ctx.on_shutdown(closing_step)
+    agent.ctx.on_shutdown(failing_step)
+    started = asyncio.Event()
+    agent.components.append(FunctionComponent("started", _set_and_wait(started)))
+    run = asyncio.create_task(agent.run())
+    await asyncio.wait_for(started.wait(), 5)
+    agent.stop()
+    await asyncio.wait_for(run, 5)
+    assert stopped.is_set()
+    assert order == ["component stopped", "failing step", "close client"]
+
+
+def _set_and_wait(event: asyncio.Event):  # type: ignore[no-untyped-def]
+    async def run() -> None:
+        event.set()
+        await asyncio.Event().wait()
+
+    return run
