@@ -9,26 +9,23 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
 from typing import Any
 
-from controlplane import Api
+from controlplane import Api, ApiError
+
+from koordqos.testing.poll import wait_until_sync
+
+POLL = 0.05  # the real server and the agent answer in ms; no need to poll faster
+
+
+def eventually(predicate: Any, timeout: float, what: str) -> None:
+    """wait_until_sync at this suite's polling interval."""
+    wait_until_sync(predicate, timeout, POLL, what)
+
 
 NODESLO_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
 NODEMETRIC_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"
 NRT_PATH = "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies"
-
-
-def eventually(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll `cond` until it returns something truthy (returned); AssertionError naming `what` at the end."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def unique(prefix: str) -> str:
@@ -113,11 +110,44 @@ def nodeslo(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 def try_get(api: Api, path: str) -> dict[str, Any] | None:
     """The object, or None on 404."""
-    from controlplane import ApiError
-
     try:
         return dict(api.get(path))
     except ApiError as exc:
         if exc.status == 404:
             return None
         raise
+
+
+def set_pdb(api: Api, ns: str, name: str, selector: dict[str, str], allowed: int) -> None:
+    """A PDB, and the status the disruption controller (not running here) would give it: `allowed`."""
+    path = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
+    current = try_get(api, f"{path}/{name}")
+    if current is None:
+        current = api.create(
+            path,
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": name},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": selector}},
+            },
+        )
+    current["status"] = {
+        "observedGeneration": current["metadata"]["generation"],
+        "disruptionsAllowed": allowed,
+        "currentHealthy": 1 + allowed,
+        "desiredHealthy": 1,
+        "expectedPods": 1 + allowed,
+    }
+    api.put(f"{path}/{name}/status", current)
+
+
+def pod_events(api: Api, ns: str, pod: str) -> list[dict[str, Any]]:
+    doc = api.get(f"/api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name%3D{pod}")
+    return list(doc["items"])
+
+
+def evicted(api: Api, ns: str, pod: str) -> bool:
+    """Gone, or terminating (no kubelet confirms the deletion here)."""
+    current = try_get(api, f"/api/v1/namespaces/{ns}/pods/{pod}")
+    return current is None or "deletionTimestamp" in current["metadata"]

@@ -18,8 +18,10 @@ from kubeobjects import (
     create_node,
     create_running_pod,
     eventually,
+    evicted,
     nodeslo,
-    try_get,
+    pod_events,
+    set_pdb,
     unique,
 )
 
@@ -91,41 +93,6 @@ def test_pods_node_and_nodeslo_watches(control_plane: ControlPlane, admin: Api, 
         assert not [w for w in warnings if "forbidden" in str(w).lower() or "403" in str(w)], warnings
 
 
-def _pdb(api: Api, ns: str, name: str, selector: dict[str, str], allowed: int) -> None:
-    """A PDB, and the status the disruption controller (not running here) would give it: `allowed`."""
-    path = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
-    current = try_get(api, f"{path}/{name}")
-    if current is None:
-        current = api.create(
-            path,
-            {
-                "apiVersion": "policy/v1",
-                "kind": "PodDisruptionBudget",
-                "metadata": {"name": name},
-                "spec": {"minAvailable": 1, "selector": {"matchLabels": selector}},
-            },
-        )
-    current["status"] = {
-        "observedGeneration": current["metadata"]["generation"],
-        "disruptionsAllowed": allowed,
-        "currentHealthy": 1 + allowed,
-        "desiredHealthy": 1,
-        "expectedPods": 1 + allowed,
-    }
-    api.put(f"{path}/{name}/status", current)
-
-
-def _events(api: Api, ns: str, pod: str) -> list[dict[str, Any]]:
-    doc = api.get(f"/api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name%3D{pod}")
-    return list(doc["items"])
-
-
-def _evicted(api: Api, ns: str, pod: str) -> bool:
-    """Gone, or terminating (no kubelet confirms the deletion here)."""
-    current = try_get(api, f"/api/v1/namespaces/{ns}/pods/{pod}")
-    return current is None or "deletionTimestamp" in current["metadata"]
-
-
 def test_eviction_honours_a_real_pod_disruption_budget(
     control_plane: ControlPlane, admin: Api, tmp_path: Path
 ) -> None:
@@ -144,7 +111,7 @@ def test_eviction_honours_a_real_pod_disruption_budget(
         pod = create_running_pod(admin, ns, name, node_name, qos=qos, labels=labels, priority=prio)
         node.set_memory(node.add_pod(parse_pod(pod)), usage[name])
     # be-a (the largest, first in line) is protected by a PDB that allows no disruption now
-    _pdb(admin, ns, "guard", {"app": "guarded"}, allowed=0)
+    set_pdb(admin, ns, "guard", {"app": "guarded"}, allowed=0)
     node.set_meminfo(100 * GiB, 5 * GiB, 4 * GiB)  # 95 % used, threshold 70 %
     admin.create(
         NODESLO_PATH,
@@ -158,27 +125,28 @@ def test_eviction_honours_a_real_pod_disruption_budget(
     ) as agent:
         # the others go; be-a is refused with 429 and stays
         eventually(
-            lambda: _evicted(admin, ns, "be-b") and _evicted(admin, ns, "be-c"), 30, "be-b, be-c evicted"
+            lambda: evicted(admin, ns, "be-b") and evicted(admin, ns, "be-c"), 30, "be-b, be-c evicted"
         )
-        fail = eventually(
-            lambda: [e for e in _events(admin, ns, "be-a") if e["reason"] == "evictPodFail"],
-            30,
-            "evictPodFail",
-        )
+
+        def failures() -> list[dict[str, Any]]:
+            return [e for e in pod_events(admin, ns, "be-a") if e["reason"] == "evictPodFail"]
+
+        eventually(lambda: bool(failures()), 30, "an evictPodFail Event for be-a")
+        fail = failures()
         assert "disruption budget" in fail[0]["message"], fail[0]
         assert fail[0]["type"] == "Warning"
         assert fail[0]["source"]["component"] == "koordqos"
-        assert not _evicted(admin, ns, "be-a")
-        assert not _evicted(admin, ns, "ls")
+        assert not evicted(admin, ns, "be-a")
+        assert not evicted(admin, ns, "ls")
         for pod in ("be-b", "be-c"):
-            ok = [e for e in _events(admin, ns, pod) if e["reason"] == "evictPodSuccess"]
+            ok = [e for e in pod_events(admin, ns, pod) if e["reason"] == "evictPodSuccess"]
             assert ok, pod
             assert ok[0]["involvedObject"]["kind"] == "Pod"
             assert ok[0]["message"].startswith(f"evict Pod:{ns}/{pod}, reason: ")
 
         # the budget now allows one disruption: the agent's retry evicts be-a through the same subresource
-        _pdb(admin, ns, "guard", {"app": "guarded"}, allowed=1)
-        eventually(lambda: _evicted(admin, ns, "be-a"), 90, "be-a evicted once the PDB allows it")
+        set_pdb(admin, ns, "guard", {"app": "guarded"}, allowed=1)
+        eventually(lambda: evicted(admin, ns, "be-a"), 90, "be-a evicted once the PDB allows it")
         pdb = admin.get(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/guard")
         assert pdb["status"]["disruptionsAllowed"] == 0  # the eviction subresource spent the one allowed
         assert "be-a" in pdb["status"].get("disruptedPods", {})
@@ -188,7 +156,7 @@ def test_eviction_honours_a_real_pod_disruption_budget(
             f"{ns}/be-b",
             f"{ns}/be-c",
         }
-    assert not _evicted(admin, ns, "ls")
+    assert not evicted(admin, ns, "ls")
 
 
 def test_requests_outside_the_chart_role_are_forbidden(control_plane: ControlPlane) -> None:
