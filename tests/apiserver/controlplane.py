@@ -57,10 +57,10 @@ def module_version(module: str) -> str:
     return found.group(1)
 
 
-def source_digest() -> str:
-    """Digest of everything the binaries are built from (a changed main or go.sum rebuilds)."""
+def source_digest(name: str) -> str:
+    """Digest of everything binary `name` is built from (a changed main, go.mod or go.sum rebuilds it)."""
     h = hashlib.sha256()
-    for path in sorted([GO_DIR / "go.mod", GO_DIR / "go.sum", *GO_DIR.glob("cmd/*/*.go")]):
+    for path in sorted([GO_DIR / "go.mod", GO_DIR / "go.sum", *GO_DIR.glob(f"cmd/{name}/*.go")]):
         h.update(path.relative_to(GO_DIR).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:12]
@@ -79,7 +79,7 @@ class Target:
 
     @property
     def cache_dir(self) -> Path:
-        return CACHE_ROOT / f"{self.name}-{self.version}-{source_digest()}"
+        return CACHE_ROOT / f"{self.name}-{self.version}-{source_digest(self.name)}"
 
     @property
     def path(self) -> Path:
@@ -212,7 +212,12 @@ class Api:
             except ValueError:
                 doc = {"message": raw[:300].decode(errors="replace")}
             raise ApiError(exc.code, doc if isinstance(doc, dict) else {}) from None
-        return json.loads(raw) if raw else {}
+        if not raw:
+            return {}
+        try:
+            return json.loads(raw)
+        except ValueError:  # /readyz, /healthz answer text
+            return raw.decode(errors="replace")
 
     def get(self, path: str) -> Any:
         return self.call("GET", path)
@@ -391,6 +396,8 @@ class ControlPlane:
                 f"--cert-dir={self.workdir / 'certs'}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                # the `kubernetes` Service's endpoints may not be loopback; nothing here uses the Service
+                "--endpoint-reconciler-type=none",
                 f"--secure-port={self.port}",
                 "--service-cluster-ip-range=10.96.0.0/24",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -414,9 +421,8 @@ class ControlPlane:
             if not self.ca_file.exists():
                 return False
             try:
-                self.api().call("GET", "/readyz")
-                return True
-            except (ApiError, OSError, ssl.SSLError, ValueError):
+                return bool(self.api().call("GET", "/readyz") == "ok")
+            except (ApiError, OSError, ssl.SSLError):
                 return False
 
         self._wait("kube-apiserver", proc, ready)

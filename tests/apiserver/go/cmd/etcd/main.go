@@ -35,6 +35,7 @@ func main() {
 	}
 
 	cfg := embed.NewConfig()
+	cfg.Name = "koordqos-e2e"
 	cfg.Dir = *dataDir
 	cfg.ListenClientUrls = []url.URL{*cu}
 	cfg.AdvertiseClientUrls = []url.URL{*cu}
