@@ -71,7 +71,8 @@ def create_running_pod(
         container["resources"] = {"requests": requests or {}, "limits": limits or {}}
     spec: dict[str, Any] = {"nodeName": node, "containers": [container], "terminationGracePeriodSeconds": 0}
     if priority is not None:
-        spec["priority"] = priority
+        # the Priority admission plugin refuses spec.priority; it resolves a PriorityClass into it
+        spec["priorityClassName"] = ensure_priority_class(api, priority)
     pod = api.create(
         f"/api/v1/namespaces/{namespace}/pods",
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": lbl}, "spec": spec},
@@ -97,6 +98,23 @@ def create_running_pod(
         ],
     }
     return dict(api.put(f"/api/v1/namespaces/{namespace}/pods/{name}/status", pod))
+
+
+def ensure_priority_class(api: Api, value: int) -> str:
+    """The name of a PriorityClass with `value`, created if missing."""
+    name = f"e2e-priority-{value}"
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
+    try:
+        api.create("/apis/scheduling.k8s.io/v1/priorityclasses", body)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    return name
 
 
 def nodeslo(name: str, spec: dict[str, Any]) -> dict[str, Any]:

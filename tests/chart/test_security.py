@@ -10,19 +10,16 @@ import helm_python as helm
 from .chart_render import NAMESPACE, Rendered, render
 
 # Exactly the access the agent needs in cluster mode (ARCHITECTURE.md; deployment.md §1.1 note).
+# tests/apiserver/test_rbac.py checks it against what the agent really does on a real API server.
 MINIMAL_RBAC = {
-    ("", "pods", "get"),
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods/eviction", "create"),
-    ("", "nodes", "get"),
     ("", "nodes", "list"),
     ("", "nodes", "watch"),
-    ("slo.koordinator.sh", "nodeslos", "get"),
     ("slo.koordinator.sh", "nodeslos", "list"),
     ("slo.koordinator.sh", "nodeslos", "watch"),
     ("", "events", "create"),
-    ("", "events", "patch"),
 }
 
 
