@@ -39,7 +39,7 @@ def e2e_apiserver(session: nox.Session) -> None:
     """The cluster-mode suite against a real kube-apiserver + etcd (tests/apiserver), built with Go from the
     module proxy and cached under ~/.cache/koordqos-e2e; fails if they cannot be built or started."""
     session.install("-e", ".[test]")
-    session.run("python", "tests/apiserver/build.py")
+    session.run("python", "-m", "tests.apiserver.build")
     session.run(
         "pytest",
         "tests/apiserver",

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controlplane import ControlPlane, free_port
-from kubeobjects import eventually
-
 from koordqos.testing.nodefs import SyntheticNode
+
+from .controlplane import ControlPlane, free_port
+from .kubeobjects import eventually
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Build (or find in the cache) the e2e-apiserver binaries; print what it took.
 
-Usage: `python tests/apiserver/build.py`.
+Usage: `python -m tests.apiserver.build` (from the repository root).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from controlplane import Unavailable, build_binaries
+from .controlplane import Unavailable, build_binaries
 
 
 def main() -> int:

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane import (
+
+from .controlplane import (
     AGENT_NAMESPACE,
     AGENT_SERVICE_ACCOUNT,
     AGENT_USER,
@@ -25,7 +26,7 @@ from controlplane import (
     build_binaries,
     running_control_plane,
 )
-from kubeobjects import eventually
+from .kubeobjects import eventually
 
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "koordqos"
 MODE_ENV = "KOORDQOS_E2E_APISERVER"
@@ -112,7 +113,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": AGENT_NAMESPACE}},
         )
         manifests = render_chart()
-        cp.chart_role = apply_rbac(cp, manifests)  # type: ignore[attr-defined]
+        cp.chart_role = apply_rbac(cp, manifests)
         for crd in [m for m in manifests if m["kind"] == "CustomResourceDefinition"]:
             install_crd(cp, crd)
         for path in sorted(CRD_DIR.glob("*.yaml")):

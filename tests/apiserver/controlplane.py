@@ -252,6 +252,8 @@ class ControlPlane:
     # a user with no role at all, for checks that a grant comes from the chart's role and nowhere else
     nobody_token: str = field(default_factory=lambda: secrets.token_hex(16))
     port: int = 0
+    # the chart's ClusterRole as stored by the server (set by the suite's fixture)
+    chart_role: dict[str, Any] = field(default_factory=dict)
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     started_in: float = 0.0
 

@@ -11,9 +11,9 @@ import secrets
 import time
 from typing import Any
 
-from controlplane import Api, ApiError
-
 from koordqos.testing.poll import wait_until_sync
+
+from .controlplane import Api, ApiError
 
 POLL = 0.05  # the real server and the agent answer in ms; no need to poll faster
 

@@ -10,9 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentproc import AgentProcess, running_agent
-from controlplane import Api, ApiError, ControlPlane
-from kubeobjects import (
+
+from koordqos.model.pod import parse_pod
+from koordqos.testing.nodefs import SyntheticNode
+
+from .agentproc import AgentProcess, running_agent
+from .controlplane import Api, ApiError, ControlPlane
+from .kubeobjects import (
     NODESLO_PATH,
     create_namespace,
     create_node,
@@ -24,9 +28,6 @@ from kubeobjects import (
     set_pdb,
     unique,
 )
-
-from koordqos.model.pod import parse_pod
-from koordqos.testing.nodefs import SyntheticNode
 
 pytestmark = pytest.mark.e2e_apiserver
 GiB = 1 << 30

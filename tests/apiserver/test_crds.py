@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 import pytest
-from controlplane import Api, ApiError
-from kubeobjects import NODEMETRIC_PATH, NODESLO_PATH, NRT_PATH, nodeslo, unique
+
+from .controlplane import Api, ApiError
+from .kubeobjects import NODEMETRIC_PATH, NODESLO_PATH, NRT_PATH, nodeslo, unique
 
 pytestmark = pytest.mark.e2e_apiserver
 

@@ -15,9 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentproc import running_agent
-from controlplane import Api, ControlPlane
-from kubeobjects import (
+
+from koordqos.model.pod import parse_pod
+from koordqos.testing.nodefs import SyntheticNode
+
+from .agentproc import running_agent
+from .controlplane import Api, ControlPlane
+from .kubeobjects import (
     NODESLO_PATH,
     create_namespace,
     create_node,
@@ -29,9 +33,6 @@ from kubeobjects import (
     set_pdb,
     unique,
 )
-
-from koordqos.model.pod import parse_pod
-from koordqos.testing.nodefs import SyntheticNode
 
 pytestmark = pytest.mark.e2e_apiserver
 GiB = 1 << 30
@@ -102,7 +103,7 @@ def test_the_agent_uses_exactly_the_chart_cluster_role(
     used = used_grants(_since(control_plane.agent_requests(), start))
     denied = {g: codes for g, codes in used.items() if 403 in codes}
     assert not denied, f"the chart's ClusterRole lacks: {sorted(denied)}"
-    granted = role_grants(control_plane.chart_role)  # type: ignore[attr-defined]
+    granted = role_grants(control_plane.chart_role)
     assert set(used) <= granted, f"used but not granted: {sorted(set(used) - granted)}"
     assert granted - set(used) == set(), f"granted but never used (excess): {sorted(granted - set(used))}"
     # the eviction went through the subresource, answered 201 once and 429 (the PDB) at least once
