@@ -66,7 +66,14 @@ def used_grants(entries: list[dict[str, Any]]) -> dict[Grant, set[int]]:
 
 
 def _since(entries: list[dict[str, Any]], start: str) -> list[dict[str, Any]]:
-    return [e for e in entries if str(e.get("requestReceivedTimestamp", "")) >= start]
+    """The agent process's requests (its User-Agent; the suite's own probes with the same token are not
+    the agent) received at or after `start`."""
+    return [
+        e
+        for e in entries
+        if str(e.get("requestReceivedTimestamp", "")) >= start
+        and str(e.get("userAgent", "")).startswith("koordqos")
+    ]
 
 
 def test_the_agent_uses_exactly_the_chart_cluster_role(
