@@ -91,25 +91,33 @@ def test_the_agent_uses_exactly_the_chart_cluster_role(
     node.set_meminfo(100 * GiB, 5 * GiB, 4 * GiB)
     spec = {"resourceUsedThresholdWithBE": {"enable": True, "memoryEvictThresholdPercent": 70}}
     admin.create(NODESLO_PATH, nodeslo(node_name, spec))
-    with running_agent(control_plane, node, node_name, tmp_path, "--feature-gates=BEMemoryEvict=true"):
-        eventually(lambda: evicted(admin, ns, "be-b"), 30, "be-b evicted")
-        eventually(
-            lambda: any(e["reason"] == "evictPodFail" for e in pod_events(admin, ns, "be-a")),
-            30,
-            "be-a's eviction refused by the PDB",
-        )
-        # a watch event after the list: the watch requests are in the log too
-        stored = admin.get(f"{NODESLO_PATH}/{node_name}")
-        stored["spec"]["resourceUsedThresholdWithBE"]["memoryEvictThresholdPercent"] = 80
-        admin.put(f"{NODESLO_PATH}/{node_name}", stored)
-        eventually(
-            lambda: {"watch"} <= {e["verb"] for e in _since(control_plane.agent_requests(), start)},
-            20,
-            "the agent's watches in the audit log",
-        )
+    # a missing grant makes the scenario itself fail (the agent never becomes ready, or an eviction never
+    # happens); the audit log then names the grant, so that is reported first
+    scenario_failure: AssertionError | None = None
+    try:
+        with running_agent(control_plane, node, node_name, tmp_path, "--feature-gates=BEMemoryEvict=true"):
+            eventually(lambda: evicted(admin, ns, "be-b"), 30, "be-b evicted")
+            eventually(
+                lambda: any(e["reason"] == "evictPodFail" for e in pod_events(admin, ns, "be-a")),
+                30,
+                "be-a's eviction refused by the PDB",
+            )
+            # a watch event after the list: the watch requests are in the log too
+            stored = admin.get(f"{NODESLO_PATH}/{node_name}")
+            stored["spec"]["resourceUsedThresholdWithBE"]["memoryEvictThresholdPercent"] = 80
+            admin.put(f"{NODESLO_PATH}/{node_name}", stored)
+            eventually(
+                lambda: {"watch"} <= {e["verb"] for e in _since(control_plane.agent_requests(), start)},
+                20,
+                "the agent's watches in the audit log",
+            )
+    except AssertionError as exc:
+        scenario_failure = exc
     used = used_grants(_since(control_plane.agent_requests(), start))
     denied = {g: codes for g, codes in used.items() if 403 in codes}
-    assert not denied, f"the chart's ClusterRole lacks: {sorted(denied)}"
+    assert not denied, f"the chart's ClusterRole lacks: {sorted(denied)} (the scenario: {scenario_failure})"
+    if scenario_failure is not None:
+        raise scenario_failure
     granted = role_grants(control_plane.chart_role)
     assert set(used) <= granted, f"used but not granted: {sorted(set(used) - granted)}"
     assert granted - set(used) == set(), f"granted but never used (excess): {sorted(granted - set(used))}"
