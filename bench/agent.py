@@ -22,7 +22,7 @@ import aiohttp
 
 from _common import machine, median, parser, table
 from koordqos.model.pod import parse_pod
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
+from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_nodeslo, make_pod
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
@@ -63,7 +63,14 @@ def lag_quantile(metrics: str, q: float) -> float:
     return float("inf")
 
 
-async def one_run(duration: float, workdir: Path) -> dict[str, float]:
+def report_writes(metrics: str, kind: str) -> float:
+    """koordqos_report_writes_total{kind, outcome="written"} from a /metrics page (0 when absent)."""
+    pattern = rf'koordqos_report_writes_total\{{kind="{kind}",outcome="written"\}} ([0-9.e+]+)'
+    m = re.search(pattern, metrics)
+    return float(m.group(1)) if m else 0.0
+
+
+async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dict[str, float]:
     node = SyntheticNode(workdir / "node", cpus=8)
     api = FakeAPIServer()
     await api.start()
@@ -74,6 +81,10 @@ async def one_run(duration: float, workdir: Path) -> dict[str, float]:
             NODE, {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}}
         ),
     )
+    if reporting:  # koord-manager's NodeMetric, with the shortest report interval koordlet allows
+        api.upsert(
+            "nodemetrics", make_nodemetric(NODE, {"metricCollectPolicy": {"reportIntervalSeconds": 30}})
+        )
     nri_pods = [sample_pod(i, "besteffort" if i % 2 else "burstable") for i in range(PODS)]
     for i, sp in enumerate(nri_pods):
         be = bool(i % 2)
@@ -122,6 +133,8 @@ async def one_run(duration: float, workdir: Path) -> dict[str, float]:
         "--log-format",
         "json",
     ]
+    if not reporting:
+        cmd += ["--enable-node-metric-report=false", "--feature-gates=NodeTopologyReport=false"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
     errlog = open(os.environ.get("BENCH_AGENT_STDERR", os.devnull), "w")  # noqa: SIM115
     proc = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=errlog)
@@ -145,7 +158,17 @@ async def one_run(duration: float, workdir: Path) -> dict[str, float]:
             cpu0 = proc_cpu_seconds(proc.pid)
             t0 = time.monotonic()
             calls = 0
-            while time.monotonic() - t0 < duration:
+            # the load for `duration` s; with reporting, until the first NodeMetric status is written too
+            # (the first report comes one 30 s interval after start), so every run includes report rounds
+            limit = duration + (60.0 if reporting else 0.0)
+            after = ""
+            while True:
+                elapsed = time.monotonic() - t0
+                if elapsed >= duration:
+                    async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
+                        after = await r.text()
+                    if not reporting or report_writes(after, "NodeMetric") >= 1 or elapsed >= limit:
+                        break
                 node.advance_node_cpu(busy_ticks=300, idle_ticks=500)
                 for sp in nri_pods[:20]:
                     await runtime.create_container(sp, sample_container(sp, 9 + calls % 5))
@@ -153,8 +176,6 @@ async def one_run(duration: float, workdir: Path) -> dict[str, float]:
                 await asyncio.sleep(0.5)
             elapsed = time.monotonic() - t0
             cpu = proc_cpu_seconds(proc.pid) - cpu0
-            async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
-                after = await r.text()
         rss, hwm = proc_memory(proc.pid)
         result = {
             "lag_p99_ms": lag_quantile(after, 0.99) * 1000,
@@ -163,6 +184,9 @@ async def one_run(duration: float, workdir: Path) -> dict[str, float]:
             "hwm_mib": hwm / 2**20,
             "cpu_percent": 100 * cpu / elapsed,
             "creates_per_s": calls / elapsed,
+            "nodemetric_writes": report_writes(after, "NodeMetric"),
+            "nrt_writes": report_writes(after, "NodeResourceTopology"),
+            "elapsed_s": elapsed,
         }
         del before
         proc.send_signal(signal.SIGTERM)
@@ -180,13 +204,20 @@ async def one_run(duration: float, workdir: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    args = parser(__doc__ or "").parse_args()
+    p = parser(__doc__ or "")
+    p.add_argument(
+        "--reporting",
+        choices=("on", "off"),
+        default="on",
+        help="NodeMetric and NRT reports (on: a NodeMetric exists and the run lasts until one is written)",
+    )
+    args = p.parse_args()
     duration = 6.0 if args.quick else 30.0
     runs = 1 if args.quick else min(args.runs, 3)
     results = []
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="koordqos-bench-") as tmp:
-            results.append(asyncio.run(one_run(duration, Path(tmp))))
+            results.append(asyncio.run(one_run(duration, Path(tmp), args.reporting == "on")))
 
     def med(key: str) -> float:
         return median([r[key] for r in results])
@@ -201,6 +232,8 @@ def main() -> None:
                 ["peak resident memory (VmHWM)", f"{med('hwm_mib'):.0f} MiB"],
                 ["agent CPU (1 s ticks, 4 strategies, hooks)", f"{med('cpu_percent'):.1f} % of one core"],
                 ["CreateContainer calls driven", f"{med('creates_per_s'):.0f} /s"],
+                ["measured for", f"{med('elapsed_s'):.0f} s (reporting {args.reporting})"],
+                ["NodeMetric / NRT writes", f"{med('nodemetric_writes'):.0f} / {med('nrt_writes'):.0f}"],
                 ["SIGTERM → exit", f"{med('stop_s'):.2f} s (exit code {int(med('rc'))})"],
             ],
             ["measure", "value"],

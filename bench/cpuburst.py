@@ -19,13 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 import structlog
 
 from _common import machine, median, parser, table
 from koordqos.cgroups import CgroupExecutor
-from koordqos.config import AgentConfig
 from koordqos.decisions import DecisionLog
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import read_topology
@@ -35,8 +33,8 @@ from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.state import NodeState
 from koordqos.strategies.cpuburst import CPUBurstStrategy
-from koordqos.strategies.framework import StrategyEnv
 from koordqos.testing.nodefs import GiB, SyntheticNode
+from koordqos.testing.strategyenv import strategy_env
 
 CPUS = 32
 DEFAULT_DIR = "/dev/shm" if Path("/dev/shm").is_dir() else None
@@ -77,13 +75,14 @@ class Bench:
         slo = parse_nodeslo({"spec": {"cpuBurstStrategy": {"policy": "auto"}}})
         self.state = NodeState(pods=MappingProxyType(pods), node_slo=slo)
         decisions = DecisionLog(size=256, dry_run=dry_run)
-        services: dict[str, Any] = {
-            "metric_store": self.store,
-            "topology": read_topology(self.fs.sys_root),
-            "cgroup_layout": self.fs.layout,
-            "executor": CgroupExecutor(self.fs.layout, decisions, clock=lambda: self.now),
-        }
-        self.env = StrategyEnv(AgentConfig(), decisions, services, clock=lambda: self.now)
+        self.env = strategy_env(
+            self.fs.layout,
+            decisions,
+            store=self.store,
+            executor=CgroupExecutor(self.fs.layout, decisions, clock=lambda: self.now),
+            topology=read_topology(self.fs.sys_root),
+            clock=lambda: self.now,
+        )
         self.strategy = CPUBurstStrategy()
 
     def samples(self, node_cpu: float, throttled: float) -> None:

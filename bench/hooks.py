@@ -34,6 +34,7 @@ from koordqos.decisions import DecisionLog
 from koordqos.events.bus import EventBus
 from koordqos.features import DEFAULT_GATES
 from koordqos.hooks import probe_bvt_system
+from koordqos.hooks.core import HookCore
 from koordqos.hooks.runtime import HookOptions, RuntimeHooks
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.convert import NRIHooks
@@ -116,8 +117,8 @@ async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
         )
         assert sorted(hooks.names) == sorted(ALL_HOOK_GATES), hooks.names
         decisions = DecisionLog()
-        NRIHooks(hooks, node.layout, CgroupExecutor(node.layout, decisions)).register(bus)
-        plugin = NRIPlugin(bus, NRISettings(socket=sock))
+        core = HookCore(hooks, CgroupExecutor(node.layout, decisions), decisions)
+        plugin = NRIPlugin(bus, NRISettings(socket=sock), handler=NRIHooks(core, node.layout))
         plugin.timings = {}
         task = asyncio.create_task(plugin.run())
         out = json.loads(await proc.stdout.readline())

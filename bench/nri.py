@@ -1,7 +1,7 @@
 """NRI: CreateContainer round trip through a real unix socket with the mock runtime in another process,
 plugin-side CreateContainer time, and a 200-pod / 400-container Synchronize.
 
-The plugin (this process) runs NRIPlugin with one representative hook (cpu shares + quota, an annotation
+The plugin (this process) runs NRIPlugin with one representative handler (cpu shares + quota, an annotation
 and an env var in the adjustment). The runtime (a child process: this script with `--role runtime`) is
 koordqos.testing.mock_nri.runtime.MockRuntime; it synchronizes the node, then sends CreateContainer calls one
 after another, timing each round trip, and prints its figures as JSON.
@@ -22,13 +22,15 @@ from typing import Any
 from _common import machine, median, percentile, quiet_logs, table, two_process_parser
 from koordqos.config import NRISettings
 from koordqos.events.bus import EventBus
-from koordqos.nri.events import NRICreateContainer
+from koordqos.nri.events import NRICall, NRICreateContainer
 from koordqos.nri.plugin import NRIPlugin
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
 
 
-def _hook(ev: NRICreateContainer, state: Any) -> None:
+def _hook(ev: NRICall, state: Any, call: Any) -> None:
+    if not isinstance(ev, NRICreateContainer):
+        return
     res = ev.adjust.linux.resources
     res.cpu.shares.value = 2
     res.cpu.quota.value = -1
@@ -79,8 +81,7 @@ async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
     try:
         assert (await proc.stdout.readline()).strip() == b"ready"
         bus = EventBus()
-        bus.register_hook(NRICreateContainer, "bench", _hook)
-        plugin = NRIPlugin(bus, NRISettings(socket=sock))
+        plugin = NRIPlugin(bus, NRISettings(socket=sock), handler=_hook)
         plugin.timings = {}
         task = asyncio.create_task(plugin.run())
         out = json.loads(await proc.stdout.readline())

@@ -36,13 +36,13 @@ from koordqos.decisions import DecisionLog
 from koordqos.events.bus import EventBus
 from koordqos.features import DEFAULT_GATES
 from koordqos.hooks import probe_bvt_system
+from koordqos.hooks.core import HookCore
 from koordqos.hooks.runtime import HookOptions, RuntimeHooks
 from koordqos.proxy.api import runtime_api_pb2 as rpb
 from koordqos.proxy.api.runtime_api_grpc import RuntimeHookServiceStub
 from koordqos.proxy.convert import ProxyConverter
-from koordqos.proxy.runner import ProxyHooks
 from koordqos.proxy.server import ProxyServer
-from koordqos.proxy.service import RuntimeHookService
+from koordqos.proxy.service import RuntimeHookService, core_handler
 from koordqos.testing.nodefs import SyntheticNode
 
 UID = "bench-0001"
@@ -109,8 +109,9 @@ async def one_run(calls: int) -> dict[str, float]:
         )
     )
     assert sorted(hooks.names) == sorted(ALL_HOOK_GATES), hooks.names
-    ProxyHooks(hooks, CgroupExecutor(node.layout, DecisionLog())).register(bus)
-    service = RuntimeHookService(bus, ProxyConverter(node.layout))
+    decisions = DecisionLog()
+    core = HookCore(hooks, CgroupExecutor(node.layout, decisions), decisions)
+    service = RuntimeHookService(bus, ProxyConverter(node.layout), handler=core_handler(core))
     service.timings = {}
     server = ProxyServer(service, tmp / "koordlet.sock")
     try:

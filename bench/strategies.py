@@ -37,6 +37,7 @@ from koordqos.strategies.framework import StrategyEnv
 from koordqos.strategies.memoryevict import MemoryEvictStrategy
 from koordqos.testing.fake_apiserver import make_pod
 from koordqos.testing.nodefs import GiB, SyntheticNode
+from koordqos.testing.strategyenv import strategy_env
 
 CPUS = 32
 
@@ -126,15 +127,17 @@ def build(base: Path, n_pods: int, policy: str) -> tuple[NodeState, StrategyEnv]
     )
     decisions = DecisionLog(size=256)
     layout = node_fs.layout
-    services: dict[str, Any] = {
-        "metric_store": store,
-        "topology": read_topology(node_fs.sys_root),
-        "cgroup_layout": layout,
-        "cgroup_reader": CgroupReader(layout),
-        "executor": CgroupExecutor(layout, decisions),
-        "evictor": RefusingEvictor(),
-    }
-    return state, StrategyEnv(cfg, decisions, services)
+    env = strategy_env(
+        layout,
+        decisions,
+        config=cfg,
+        store=store,
+        reader=CgroupReader(layout),
+        executor=CgroupExecutor(layout, decisions),
+        topology=read_topology(node_fs.sys_root),
+        evictor=RefusingEvictor(),
+    )
+    return state, env
 
 
 async def time_rounds(strategy: Any, state: NodeState, env: StrategyEnv, rounds: int) -> float:

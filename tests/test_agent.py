@@ -39,7 +39,7 @@ async def test_crash_loop_of_a_component_does_not_stop_the_agent() -> None:
         crashes += 1
         raise RuntimeError("broken")
 
-    agent = Agent(cfg, setups=[], local_mode=True)
+    agent = Agent(cfg, packages=(), local_mode=True)
     agent.supervisor = Supervisor(base_delay=0.001, max_delay=0.002)
     agent.build()
     agent.components.append(FunctionComponent("broken", always_crash))
@@ -52,7 +52,7 @@ async def test_crash_loop_of_a_component_does_not_stop_the_agent() -> None:
 
 async def test_shutdown_steps_run_after_components_stop_even_if_one_fails() -> None:
     cfg = build_config({"server": {"http_addr": "127.0.0.1:0"}, "kube": {"node_name": "n"}})
-    agent = Agent(cfg, setups=[], local_mode=True)
+    agent = Agent(cfg, packages=(), local_mode=True)
     agent.build()
     order: list[str] = []
     stopped = asyncio.Event()
@@ -72,8 +72,8 @@ async def test_shutdown_steps_run_after_components_stop_even_if_one_fails() -> N
         order.append("close client")
 
     agent.components.append(FunctionComponent("c", component))
-    agent.ctx.on_shutdown(closing_step)
-    agent.ctx.on_shutdown(failing_step)
+    agent.on_shutdown(closing_step)
+    agent.on_shutdown(failing_step)
     started = asyncio.Event()
     agent.components.append(FunctionComponent("started", _set_and_wait(started)))
     run = asyncio.create_task(agent.run())

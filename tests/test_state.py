@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from koordqos.events import (
+from koordqos.events.types import (
     MetricTick,
     NodeSLOUpdated,
     PodDeleted,
     PodsReplaced,
     PodUpserted,
+    RuntimeContainer,
     RuntimeContainerUpserted,
+    RuntimeSandbox,
     RuntimeSandboxRemoved,
     RuntimeSandboxUpserted,
     SourceSynced,
 )
-from koordqos.events.types import RuntimeContainer, RuntimeSandbox
 from koordqos.model.nodeslo import NodeSLO
 from koordqos.model.pod import PodInfo
 from koordqos.state import NodeState, reduce
@@ -60,7 +61,7 @@ def test_ticks_and_synced_sources_and_slo() -> None:
 
 
 def test_runtime_synchronized_replaces_the_runtime_view_in_one_step() -> None:
-    from koordqos.events import RuntimeSynchronized
+    from koordqos.events.types import RuntimeSynchronized
 
     s = NodeState()
     s = reduce(s, RuntimeSandboxUpserted(RuntimeSandbox("stale", "u0", "p0", "ns")))

@@ -1,8 +1,10 @@
-"""Agent: builds every component from AgentConfig and runs them under one TaskGroup until stopped.
+"""Agent: the one composer. Builds the typed `Services` once, in a fixed order, then the components, and
+runs them under one TaskGroup until stopped.
 
-Components plug in through `setup(ctx)` functions, called in dependency order (cgroups before metrics,
-metrics before strategies, …). Each returns the long-running components it wants supervised and may put
-shared services (executor, metrics store, evictor) on the AgentContext for later packages.
+Packages never import this module: they expose classes and builders taking typed dependencies, and only
+this module knows how they fit together. `Services` holds the shared, passive parts (no task, no
+subscription); `Parts` holds the components, built for the packages an agent runs (all of them normally;
+tests pick a few).
 """
 
 from __future__ import annotations
@@ -10,71 +12,169 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
 from koordqos import observability as obs
-from koordqos.config import AgentConfig
+from koordqos.cgroups import CgroupExecutor, CgroupLayout, CgroupReader, describe
+from koordqos.component import Component, FunctionComponent, ShutdownStep
+from koordqos.config import AgentConfig, parse_failure_policy
 from koordqos.decisions import DecisionLog
+from koordqos.errors import ConfigError
 from koordqos.events.bus import EventBus
+from koordqos.hooks import build_runtime_hooks
+from koordqos.hooks.core import HookCore
+from koordqos.hooks.reconciler import HookReconciler
+from koordqos.hooks.runtime import RuntimeHooks
+from koordqos.host import HostActuator, PrctlCookieOps
+from koordqos.kube import KubeConnection, cluster_sources
+from koordqos.kube.events import EventRecorder
+from koordqos.kube.evictor import Evictor
+from koordqos.kube.local import LocalSources
+from koordqos.kube.sources import NodeSLOSource
+from koordqos.metrics.collector import MetricsCollector
+from koordqos.metrics.store import MetricStore
+from koordqos.metrics.topology import CpuTopology, read_topology
+from koordqos.nri import build_plugin
+from koordqos.nri.convert import NRIHooks
+from koordqos.nri.plugin import NRIPlugin
+from koordqos.nri.session import no_hooks
+from koordqos.proxy import build_server
+from koordqos.proxy.server import ProxyServer
+from koordqos.report.build import Reporters, build_reporters
+from koordqos.report.nrt import NRTDesired
+from koordqos.server.http import HTTPServer
+from koordqos.state import NodeState
+from koordqos.strategies import build_qos_manager
+from koordqos.strategies.framework import QoSManager
 
 log = structlog.get_logger("koordqos.agent")
 
 READY_SOURCES = frozenset({"pods", "node", "nodeslo"})
 
+# the packages that contribute components, in the order their components are built
+PACKAGES = ("metrics", "kube", "strategies", "hooks", "report", "nri", "proxy", "server")
 
-class Component(Protocol):
-    """A long-running part of the agent. `run` returns only when cancelled (or on a crash)."""
-
-    name: str
-    essential: bool
-
-    async def run(self) -> None: ...
+__all__ = ["PACKAGES", "Agent", "Component", "FunctionComponent", "Parts", "Services", "build_services"]
 
 
-@dataclass
-class FunctionComponent:
-    """Adapts an async function to Component."""
-
-    name: str
-    func: Callable[[], Awaitable[None]]
-    essential: bool = False
-
-    async def run(self) -> None:
-        """Run the wrapped function."""
-        await self.func()
-
-
-@dataclass
-class AgentContext:
-    """What packages share while the agent is built: config, bus, decision log and services."""
+@dataclass(frozen=True)
+class Services:
+    """The agent's shared, passive dependencies, built once by `build_services` in field order."""
 
     config: AgentConfig
+    local_mode: bool
     bus: EventBus
     decisions: DecisionLog
-    local_mode: bool
-    services: dict[str, Any] = field(default_factory=dict)
-    components: list[Component] = field(default_factory=list)
-    status: dict[str, Any] = field(default_factory=dict)  # shown by /readyz and /debug/state
-    shutdown: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    status: dict[str, Any]  # shown by /readyz and /debug/state
+    layout: CgroupLayout
+    executor: CgroupExecutor
+    host: HostActuator
+    reader: CgroupReader
+    topology: CpuTopology
+    metric_store: MetricStore
+    kube: KubeConnection | None  # cluster mode only
+    recorder: EventRecorder | None  # cluster mode only
+    evictor: Evictor
+    hooks: RuntimeHooks
+    hook_core: HookCore
 
-    def on_shutdown(self, func: Callable[[], Awaitable[None]]) -> None:
-        """Run `func` once after every component stopped (close clients, sockets), within the timeout."""
-        self.shutdown.append(func)
 
-    def service(self, name: str) -> Any:
-        """A shared service put there by an earlier package (KeyError if absent)."""
-        return self.services[name]
+def build_services(
+    config: AgentConfig, local_mode: bool, bus: EventBus, decisions: DecisionLog, status: dict[str, Any]
+) -> Services:
+    """Detect the node (cgroup layout, topology, kernel capabilities) and build every shared part."""
+    paths = config.paths
+    layout = CgroupLayout.detect(
+        paths.cgroup_root,
+        proc_root=paths.proc_root,
+        sys_root=paths.sys_root,
+        crio_cgroupfs_bare_ids=paths.crio_cgroupfs_bare_ids,
+    )
+    status["cgroups"] = describe(layout)
+    executor = CgroupExecutor(
+        layout,
+        decisions,
+        force_update_seconds=config.executor.resource_force_update_seconds,
+        dry_run=config.dry_run or None,
+    )
+    cookies = config.gate("CoreSched") and os.name == "posix" and layout.core_sched_supported()[0]
+    host = HostActuator(
+        decisions,
+        proc_root=paths.proc_root,
+        sys_root=paths.sys_root,
+        dry_run=config.dry_run or None,
+        cookie_ops=PrctlCookieOps() if cookies else None,
+    )
+    kube: KubeConnection | None = None
+    recorder: EventRecorder | None = None
+    if not local_mode:
+        # kubernetes-asyncio's loaders take ~0.4 s to import: do it now, at build time, not as one long step
+        # on the running loop when the first reflector connects
+        import kubernetes_asyncio.config  # noqa: F401
+
+        kube = KubeConnection(config.kube.kubeconfig)
+        recorder = EventRecorder(kube.get, config.node_name)
+    evictor = Evictor(
+        decisions,
+        kube.get if kube is not None else None,
+        recorder,
+        config.kube.eviction_qps,
+        dry_run=config.dry_run,
+    )
+    hooks = build_runtime_hooks(config, layout)
+    return Services(
+        config=config,
+        local_mode=local_mode,
+        bus=bus,
+        decisions=decisions,
+        status=status,
+        layout=layout,
+        executor=executor,
+        host=host,
+        reader=CgroupReader(layout),
+        topology=read_topology(paths.sys_root),
+        metric_store=MetricStore(config.metrics.retention_seconds, config.metrics.collect_interval_seconds),
+        kube=kube,
+        recorder=recorder,
+        evictor=evictor,
+        hooks=hooks,
+        hook_core=HookCore(hooks, executor, decisions),
+    )
 
 
-Setup = Callable[[AgentContext], Sequence[Component]]
+@dataclass
+class Parts:
+    """The components built for the selected packages (None: that package does not run)."""
+
+    collector: MetricsCollector | None = None
+    local_sources: LocalSources | None = None
+    nodeslo_source: NodeSLOSource | None = None
+    reflectors: list[Component] = field(default_factory=list)
+    qos_manager: QoSManager | None = None
+    reconciler: HookReconciler | None = None
+    reporters: Reporters | None = None
+    nri: NRIPlugin | None = None
+    proxy: ProxyServer | None = None
+    http: HTTPServer | None = None
+
+    def components(self) -> list[Component]:
+        """Everything to supervise, in build order."""
+        out: list[Component] = []
+        out += [c for c in (self.collector, self.local_sources) if c is not None]
+        out += self.reflectors
+        out += [c for c in (self.qos_manager, self.reconciler) if c]
+        out += self.reporters.components if self.reporters is not None else []
+        out += [c for c in (self.nri, self.proxy, self.http) if c]
+        return out
 
 
 def cluster_mode_available(cfg: AgentConfig, env: dict[str, str] | None = None) -> bool:
@@ -92,22 +192,6 @@ def cluster_mode_available(cfg: AgentConfig, env: dict[str, str] | None = None) 
         bool(env.get("KUBERNETES_SERVICE_HOST"))
         and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
     )
-
-
-def default_setups() -> list[tuple[str, Setup]]:
-    """The packages that contribute components, in dependency order."""
-    from koordqos import cgroups, hooks, kube, metrics, nri, proxy, server, strategies
-
-    return [
-        ("cgroups", cgroups.setup),
-        ("metrics", metrics.setup),
-        ("kube", kube.setup),
-        ("strategies", strategies.setup),
-        ("hooks", hooks.setup),
-        ("nri", nri.setup),
-        ("proxy", proxy.setup),
-        ("server", server.setup),
-    ]
 
 
 class Supervisor:
@@ -174,43 +258,178 @@ class Agent:
     def __init__(
         self,
         config: AgentConfig,
-        setups: list[tuple[str, Setup]] | None = None,
+        packages: Collection[str] | None = None,
         local_mode: bool | None = None,
     ) -> None:
         self.config = config
         self.bus = EventBus()
         self.decisions = DecisionLog(dry_run=config.dry_run)
         self.local_mode = (not cluster_mode_available(config)) if local_mode is None else local_mode
-        self.ctx = AgentContext(config, self.bus, self.decisions, self.local_mode)
-        self.ctx.services["agent"] = self
+        self.status: dict[str, Any] = {}
         self.supervisor = Supervisor()
         self.lag = LoopLagMonitor()
-        self._setups = default_setups() if setups is None else setups
+        unknown = set(packages or ()) - set(PACKAGES)
+        if unknown:
+            raise ValueError(f"unknown packages {sorted(unknown)} (known: {', '.join(PACKAGES)})")
+        self.packages = frozenset(PACKAGES if packages is None else packages)
         self._stop = asyncio.Event()
+        self._services: Services | None = None
+        self.parts = Parts()
         self.components: list[Component] = []
+        self._shutdown: list[ShutdownStep] = []
+
+    @property
+    def services(self) -> Services:
+        """The shared services (built by `build`)."""
+        if self._services is None:
+            raise RuntimeError("agent not built yet")
+        return self._services
+
+    def on_shutdown(self, step: ShutdownStep) -> None:
+        """Run `step` once after every component stopped (close clients, sockets), within the timeout."""
+        self._shutdown.append(step)
 
     def build(self) -> None:
-        """Call every package's setup in order and collect its components."""
-        # the first log line announces the mode (before any package logs during its setup)
+        """Build the services, then the components of the selected packages."""
+        # the first log line announces the mode (before any package logs while it is built)
         log.info(
             "koordqos starting",
             mode="local" if self.local_mode else "cluster",
             node=self.config.node_name,
             dry_run=self.config.dry_run,
         )
+        svc = build_services(self.config, self.local_mode, self.bus, self.decisions, self.status)
+        self._services = svc
+        if svc.kube is not None:
+            self.on_shutdown(svc.kube.close)
+        self.parts = self._build_parts(svc)
         comps: list[Component] = [FunctionComponent("bus", self.bus.run, essential=True), self.lag]
-        for _name, setup in self._setups:
-            comps.extend(setup(self.ctx))
-        self.components = comps
+        self.components = comps + self.parts.components()
         # Start-up leaves ~80k long-lived objects (imports, models); a full collection of them costs 50-90 ms
         # on the loop. Freezing them once keeps every later GC pass short (bench/watch.py --gc-freeze).
         gc.collect()
         gc.freeze()
 
+    def _build_parts(self, svc: Services) -> Parts:
+        cfg, on = self.config, self.packages
+        parts = Parts()
+        if "metrics" in on:
+            parts.collector = MetricsCollector(
+                svc.bus,
+                svc.layout,
+                svc.reader,
+                svc.metric_store,
+                proc_root=cfg.paths.proc_root,
+                topology=svc.topology,
+                interval=cfg.metrics.collect_interval_seconds,
+            )
+        if "kube" in on:
+            if svc.kube is None:
+                parts.local_sources = LocalSources(svc.bus, cfg, svc.layout)
+                parts.nodeslo_source = parts.local_sources.nodeslo
+            else:
+                assert svc.recorder is not None
+                reflectors, parts.nodeslo_source = cluster_sources(svc.bus, svc.kube, svc.recorder, cfg)
+                parts.reflectors = list(reflectors)
+        if "strategies" in on:
+            parts.qos_manager = build_qos_manager(
+                config=cfg,
+                bus=svc.bus,
+                decisions=svc.decisions,
+                status=svc.status,
+                layout=svc.layout,
+                reader=svc.reader,
+                executor=svc.executor,
+                host=svc.host,
+                metric_store=svc.metric_store,
+                topology=svc.topology,
+                evictor=svc.evictor,
+            )
+        hooks_on = "hooks" in on
+        if hooks_on:
+            parts.reconciler = self._build_reconciler(svc)
+        if "report" in on:
+            parts.reporters = self._build_reporters(svc, hooks_on)
+        if "nri" in on:
+            if cfg.nri.enabled:
+                handler = NRIHooks(svc.hook_core, svc.layout) if hooks_on else no_hooks
+                parts.nri = build_plugin(svc.bus, cfg, handler, svc.status)
+            else:
+                svc.status["nri"] = "disabled"
+        if "proxy" in on:
+            if cfg.hooks.proxy_enabled:
+                parts.proxy = build_server(
+                    cfg.hooks, svc.bus, svc.layout, svc.hook_core, svc.decisions, svc.status
+                )
+            else:
+                svc.status["proxy"] = "disabled"
+        if "server" in on:
+            parts.http = HTTPServer(cfg.server, self)
+        return parts
+
+    def _build_reporters(self, svc: Services, hooks_on: bool) -> Reporters:
+        """NodeMetric, NodeResourceTopology and (standalone) batch capacity; the NRT result feeds the
+        CPUSetAllocator hook's share pools."""
+        cfg = self.config
+        if cfg.report.batch_resource_source == "agent" and svc.kube is None:
+            raise ConfigError(
+                "--batch-resource-source=agent needs a cluster (no kubeconfig or service account)"
+            )
+        hooks = svc.hooks
+
+        def on_topology(want: NRTDesired) -> None:
+            if hooks_on:
+                hooks.update_topology(want.annotations)
+
+        reporters = build_reporters(
+            cfg,
+            svc.bus,
+            svc.topology,
+            svc.kube.get if svc.kube is not None else None,
+            on_topology=on_topology,
+        )
+        svc.status["report"] = reporters
+        return reporters
+
+    def _build_reconciler(self, svc: Services) -> HookReconciler:
+        cfg, hooks = self.config, svc.hooks
+        policy = parse_failure_policy(cfg.hooks.failure_policy)
+        gi = hooks.group_identity
+        core_reason = hooks.core_sched.reason if hooks.core_sched is not None else "gate off"
+        svc.status["runtime_hooks"] = {"enabled": hooks.names, "failure_policy": policy}
+        log.info(
+            "runtime hooks",
+            enabled=hooks.names,
+            policy=policy,
+            bvt=gi is not None and gi.system.supported,
+            core_sched=core_reason,
+        )
+        return HookReconciler(
+            hooks,
+            svc.layout,
+            svc.executor,
+            svc.host,
+            svc.decisions,
+            bus=svc.bus,
+            interval=cfg.hooks.reconcile_interval_seconds,
+        )
+
+    # -- what the HTTP endpoints read (server.http.AgentView) ------------------------------------
+
     @property
     def ready(self) -> bool:
         """Pods, Node and NodeSLO sources have synced."""
         return self.bus.state.synced >= READY_SOURCES
+
+    @property
+    def state(self) -> NodeState:
+        """The newest NodeState."""
+        return self.bus.state
+
+    @property
+    def loop_lag(self) -> float:
+        """Seconds the last loop-lag probe woke late."""
+        return self.lag.last_lag
 
     def stop(self) -> None:
         """Ask the agent to stop (safe from signal handlers)."""
@@ -220,7 +439,7 @@ class Agent:
         """Run the shutdown callbacks (in reverse registration order); failures are logged, never raised."""
         try:
             async with asyncio.timeout(timeout):
-                for func in reversed(self.ctx.shutdown):
+                for func in reversed(self._shutdown):
                     try:
                         await func()
                     except Exception as exc:
@@ -244,6 +463,9 @@ class Agent:
                 loop.add_signal_handler(sig, self.stop)
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
+        reporters = self.parts.reporters
+        if reporters is not None and reporters.batch is not None:
+            await reporters.batch.preflight()  # ConfigError (exit 2) when koord-manager owns batch resources
         log.info("components starting", components=[c.name for c in self.components])
         tasks: list[asyncio.Task[None]] = []
         try:

@@ -1,4 +1,4 @@
-"""Command line: `koordqos run | version | config validate FILE`."""
+"""Command line: `koordqos run | report --once | version | config validate FILE`."""
 
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
     run = sub.add_parser("run", help="run the agent")
     add_flags(run)
+    rep = sub.add_parser("report", help="print the NodeMetric status and NRT the agent would write (JSON)")
+    rep.add_argument(
+        "--once", action="store_true", required=True, help="one report, printed, nothing written"
+    )
+    rep.add_argument("--rounds", type=int, default=3, help="metric collection rounds before reporting")
+    add_flags(rep)
     sub.add_parser("version", help="print the version")
     cfg = sub.add_parser("config", help="configuration tools")
     cfg_sub = cfg.add_subparsers(dest="config_command", parser_class=_Parser, required=True)
@@ -51,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(flags_markdown(), end="")
                 return 0
             return validate_file(args.file)
+        if args.command == "report":
+            return report_once(args)
         return run_agent(args)
     except KoordQoSError as exc:
         print(f"koordqos: error: {exc}", file=sys.stderr)
@@ -74,6 +82,21 @@ def validate_file(path: Path) -> int:
     except ConfigError as exc:
         raise ConfigError(f"{path}: invalid agent config: {exc}") from None
     print(f"{path}: valid agent config")
+    return 0
+
+
+def report_once(args: argparse.Namespace) -> int:
+    """`report --once`: collect a few rounds and print both planned objects as JSON; writes nothing."""
+    import json
+
+    from koordqos.agent import cluster_mode_available
+    from koordqos.logging import configure_logging
+    from koordqos.report.once import report_once as plan
+
+    cfg = load_config(args)
+    configure_logging("console" if cfg.log.format == "auto" else cfg.log.format, "warning")
+    doc = asyncio.run(plan(cfg, cluster_mode_available(cfg), rounds=args.rounds))
+    print(json.dumps(doc, indent=2, sort_keys=False))
     return 0
 
 

@@ -16,8 +16,30 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from koordqos.errors import ConfigError
 from koordqos.features import parse_feature_gates
+from koordqos.model.duration import parse_go_duration
 
-FailurePolicy = Literal["Ignore", "Fail"]
+FailurePolicy = Literal["Ignore", "Fail"]  # the one definition: hook core, NRI and proxy use it
+
+# koordlet's RuntimeHookType values in their fixed order (`koordqos.hooks.context.Stage` is the enum of these)
+HOOK_STAGES: tuple[str, ...] = (
+    "PreRunPodSandbox",
+    "PostStopPodSandbox",
+    "PreCreateContainer",
+    "PreStartContainer",
+    "PostStartContainer",
+    "PreUpdateContainerResources",
+    "PostStopContainer",
+    "PreRemoveRunPodSandbox",
+)
+
+
+def parse_failure_policy(text: str) -> FailurePolicy:
+    """koordlet GetFailurePolicyType: exactly `Fail` or `Ignore`."""
+    if text == "Fail":
+        return "Fail"
+    if text == "Ignore":
+        return "Ignore"
+    raise ConfigError(f"runtime hooks failure policy {text!r}: expected Fail or Ignore")
 
 
 class _Group(BaseModel):
@@ -86,13 +108,10 @@ class HookSettings(_Group):
     @field_validator("disable_stages", mode="before")
     @classmethod
     def _stages(cls, v: Any) -> tuple[str, ...]:
-        from koordqos.hooks.context import Stage
-
         items = [s.strip() for s in v.split(",")] if isinstance(v, str) else list(v or ())
-        names = {s.value for s in Stage}
         for item in items:
-            if item and item not in names:
-                raise ValueError(f"unknown stage {item!r} (known: {', '.join(s.value for s in Stage)})")
+            if item and item not in HOOK_STAGES:
+                raise ValueError(f"unknown stage {item!r} (known: {', '.join(HOOK_STAGES)})")
         return tuple(i for i in items if i)
 
 
@@ -136,6 +155,59 @@ class MetricsSettings(_Group):
     retention_seconds: float = Field(600.0, gt=0)
 
 
+def _seconds(v: Any) -> Any:
+    """Seconds as a number, or a Go duration string (`3s`, `1m30s`) as koordlet's flags take."""
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return parse_go_duration(v)
+    return v
+
+
+class ReportSettings(_Group):
+    """Reports to Koordinator's control plane: NodeMetric status, NodeResourceTopology, batch capacity."""
+
+    node_metric_enabled: bool = True
+    min_write_interval_seconds: float = Field(10.0, ge=0)
+    node_topology_sync_interval_seconds: float = Field(3.0, gt=0)
+    node_topology_resync_seconds: float = Field(60.0, gt=0)
+    kubelet_root: Path = Path("/var/lib/kubelet")
+    disable_query_kubelet_config: bool = False
+    kubelet_cpu_manager_policy: Literal["", "none", "static"] = ""
+    kubelet_cpu_manager_policy_options: dict[str, str] = Field(default_factory=dict)
+    kubelet_reserved_cpus: str = ""
+    kubelet_topology_manager_policy: str = ""
+    kubelet_topology_manager_scope: str = ""
+    batch_resource_source: Literal["manager", "agent"] = "manager"
+
+    @field_validator("node_topology_sync_interval_seconds", "node_topology_resync_seconds", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return _seconds(v)
+
+    @field_validator("kubelet_cpu_manager_policy_options", mode="before")
+    @classmethod
+    def _options(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            out: dict[str, str] = {}
+            for part in filter(None, (p.strip() for p in v.split(","))):
+                key, sep, value = part.partition("=")
+                if not sep or not key.strip():
+                    raise ValueError(f"invalid entry {part!r}: expected name=value")
+                out[key.strip()] = value.strip()
+            return out
+        return v
+
+    @field_validator("kubelet_reserved_cpus")
+    @classmethod
+    def _cpus(cls, v: str) -> str:
+        from koordqos.model.cpuset import cpu_set
+
+        cpu_set(v)  # ValueError with the text when malformed
+        return v
+
+
 class ExecutorSettings(_Group):
     """The cgroup executor."""
 
@@ -174,6 +246,7 @@ class AgentConfig(_Group):
     hooks: HookSettings = HookSettings()
     qos: QoSSettings = QoSSettings()
     metrics: MetricsSettings = MetricsSettings()
+    report: ReportSettings = ReportSettings()
     executor: ExecutorSettings = ExecutorSettings()
     server: ServerSettings = ServerSettings()
     log: LogSettings = LogSettings()
@@ -287,6 +360,67 @@ FLAGS: tuple[Flag, ...] = (
         "collect-interval", "metrics.collect_interval_seconds", "metrics collection period in seconds", float
     ),
     Flag("metrics-retention-seconds", "metrics.retention_seconds", "metrics history kept in memory", float),
+    Flag(
+        "enable-node-metric-report", "report.node_metric_enabled", "write this node's NodeMetric status", bool
+    ),
+    Flag(
+        "node-metric-min-write-interval-seconds",
+        "report.min_write_interval_seconds",
+        "never write the NodeMetric status more often; an unchanged report is not rewritten within it",
+        float,
+    ),
+    Flag(
+        "node-topology-sync-interval",
+        "report.node_topology_sync_interval_seconds",
+        "NodeResourceTopology recompute period (seconds or a duration like 3s; gate NodeTopologyReport)",
+    ),
+    Flag(
+        "node-topology-resync-seconds",
+        "report.node_topology_resync_seconds",
+        "re-read the NodeResourceTopology from the API server at least this often (recreates a deleted one)",
+        float,
+    ),
+    Flag("kubelet-root-dir", "report.kubelet_root", "kubelet root dir (cpu_manager_state checkpoint)"),
+    Flag(
+        "disable-query-kubelet-config",
+        "report.disable_query_kubelet_config",
+        "do not read the kubelet's /configz through the API server's node proxy",
+        bool,
+    ),
+    Flag(
+        "kubelet-cpu-manager-policy",
+        "report.kubelet_cpu_manager_policy",
+        "the kubelet's CPU manager policy, overriding /configz (none or static)",
+        str,
+        ("", "none", "static"),
+    ),
+    Flag(
+        "kubelet-cpu-manager-policy-options",
+        "report.kubelet_cpu_manager_policy_options",
+        "the kubelet's CPU manager policy options, e.g. full-pcpus-only=true",
+    ),
+    Flag(
+        "kubelet-reserved-cpus",
+        "report.kubelet_reserved_cpus",
+        "the kubelet's reservedSystemCPUs (static policy), overriding /configz",
+    ),
+    Flag(
+        "kubelet-topology-manager-policy",
+        "report.kubelet_topology_manager_policy",
+        "the kubelet's topology manager policy, overriding /configz",
+    ),
+    Flag(
+        "kubelet-topology-manager-scope",
+        "report.kubelet_topology_manager_scope",
+        "the kubelet's topology manager scope (container or pod), overriding /configz",
+    ),
+    Flag(
+        "batch-resource-source",
+        "report.batch_resource_source",
+        "who sets the Node's batch-cpu/batch-memory: manager (koord-manager) or agent (standalone)",
+        str,
+        ("manager", "agent"),
+    ),
     Flag(
         "resource-force-update-seconds",
         "executor.resource_force_update_seconds",

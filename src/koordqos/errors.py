@@ -35,3 +35,7 @@ class HookError(KoordQoSError):
 
 class ModelError(KoordQoSError):
     """Pod, node or NodeSLO data that does not fit the model."""
+
+
+class UnsafePathError(KoordQoSError):
+    """A path refused when it was opened: it would leave its root or pass through a symlink."""

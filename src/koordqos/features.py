@@ -37,6 +37,7 @@ DEFAULT_GATES: Mapping[str, bool] = {
     # others that affect behaviour
     "PerCPUMetric": False,
     "NodeTopologyReport": True,
+    "HugePageReport": False,
     "Accelerators": False,
 }
 
@@ -61,6 +62,7 @@ _ALPHA = {
     "OOMScoreAdj",
     "PerCPUMetric",
     "Accelerators",
+    "HugePageReport",
 }
 _BETA = {n for n in DEFAULT_GATES if n not in _ALPHA}
 

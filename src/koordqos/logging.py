@@ -15,7 +15,10 @@ def configure_logging(fmt: str = "auto", level: str = "info") -> None:
         fmt = "console" if sys.stderr.isatty() else "json"
     lvl = getattr(logging, level.upper(), logging.INFO)
     renderer: Any = (
-        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        # plain tracebacks: rich's (the default when rich is installed) cost ~100 ms each on the loop
+        structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
         if fmt == "console"
         else structlog.processors.JSONRenderer()
     )

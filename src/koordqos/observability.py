@@ -44,13 +44,13 @@ BUS_BACKPRESSURE = Counter(
 )
 HOOK_ERRORS = Counter(
     "koordqos_hook_errors_total",
-    "Hook failures in bus requests",
+    "Runtime hook failures (kind: error, timeout) in runtime calls (NRI requests, proxy RPCs)",
     ["hook", "kind"],
     registry=REGISTRY,
 )
 REQUEST_SECONDS = Histogram(
     "koordqos_bus_request_seconds",
-    "Time to run all hooks of a bus request",
+    "Time to serve one runtime call (NRI request, proxy RPC) in the hook core, by call",
     ["type"],
     buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2),
     registry=REGISTRY,

@@ -100,3 +100,13 @@ def test_mount_fs_type(tmp_path: Path) -> None:
     assert mount_fs_type("/sys/fs/cgroup/unified", str(info)) == "tmpfs"
     assert mount_fs_type("/home", str(info)) == "ext4"
     assert mount_fs_type("/x", str(tmp_path / "missing")) is None
+
+
+def test_read_procs(node: SyntheticNode) -> None:
+    from koordqos.cgroups.reader import read_procs
+
+    rel = node.layout.qos_dirs()[2]
+    node.write(rel, "cpu", "cgroup.procs", "10\n11\n\n12\n")
+    assert read_procs(node.layout, rel) == [10, 11, 12]
+    assert read_procs(node.layout, f"{rel}/gone") is None  # the dir does not exist (any more)
+    assert read_procs(node.layout, "../escape") is None  # refused by the layout, not an exception

@@ -21,6 +21,19 @@ MINIMAL_RBAC = {
     ("slo.koordinator.sh", "nodeslos", "watch"),
     ("", "events", "create"),
 }
+# koordinator-reporting.md §4.2: the reports (defaults: NodeMetric status, NRT, kubelet /configz)
+REPORT_RBAC = {
+    ("slo.koordinator.sh", "nodemetrics", "get"),
+    ("slo.koordinator.sh", "nodemetrics", "list"),
+    ("slo.koordinator.sh", "nodemetrics", "watch"),
+    ("slo.koordinator.sh", "nodemetrics/status", "update"),
+    ("topology.node.k8s.io", "noderesourcetopologies", "get"),
+    ("topology.node.k8s.io", "noderesourcetopologies", "list"),
+    ("topology.node.k8s.io", "noderesourcetopologies", "watch"),
+    ("topology.node.k8s.io", "noderesourcetopologies", "create"),
+    ("topology.node.k8s.io", "noderesourcetopologies", "update"),
+    ("", "nodes/proxy", "get"),
+}
 
 
 def _walk(node: Any) -> Iterator[tuple[str, Any]]:
@@ -38,7 +51,7 @@ def _privileged_anywhere(rendered: Rendered) -> bool:
     return any(key == "privileged" and value is True for m in rendered.manifests for key, value in _walk(m))
 
 
-def _rbac_grants(rendered: Rendered) -> set[tuple[str, str, str]]:
+def rbac_grants(rendered: Rendered) -> set[tuple[str, str, str]]:
     grants = set()
     for rule in rendered.one("ClusterRole")["rules"]:
         assert set(rule) == {"apiGroups", "resources", "verbs"}, "no resourceNames/nonResourceURLs expected"
@@ -87,7 +100,7 @@ def test_added_capabilities_are_exactly_the_values(custom_render: Rendered) -> N
 
 
 def test_rbac_is_exactly_the_minimal_set(any_render: Rendered) -> None:
-    assert _rbac_grants(any_render) == MINIMAL_RBAC
+    assert rbac_grants(any_render) == MINIMAL_RBAC | REPORT_RBAC
 
 
 def test_rbac_binds_the_agent_service_account(default_render: Rendered, custom_render: Rendered) -> None:
@@ -155,6 +168,8 @@ def test_default_host_mounts(default_render: Rendered) -> None:
         "/host/proc": (False, "/proc"),
         "/host/sys": (True, "/sys"),
         "/var/run/nri": (True, "/var/run/nri"),
+        # the kubelet's cpu_manager_state for the NRT (read-only; the directory: the file is replaced)
+        "/host/kubelet": (True, "/var/lib/kubelet"),
     }
     # The NRI socket's directory, not the socket file: a runtime restart recreates the socket.
     nri_volume = mounts["/var/run/nri"][1]["hostPath"]

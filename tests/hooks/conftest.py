@@ -12,6 +12,7 @@ from koordqos.decisions import DecisionLog
 from koordqos.hooks import probe_bvt_system
 from koordqos.hooks.reconciler import HookReconciler
 from koordqos.hooks.runtime import HookOptions, RuntimeHooks
+from koordqos.host import HostActuator
 from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.testing.nodefs import SyntheticNode
@@ -35,7 +36,8 @@ def make_reconciler(
     hooks = RuntimeHooks(
         HookOptions(gates=dict(gates or {}), bvt=probe_bvt_system(node.layout, node.proc_root))
     )
-    return HookReconciler(hooks, node.layout, executor, decisions, proc_root=node.proc_root)
+    host = HostActuator(decisions, proc_root=node.proc_root, sys_root=node.sys_root)
+    return HookReconciler(hooks, node.layout, executor, host, decisions)
 
 
 def pod(

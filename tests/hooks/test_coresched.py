@@ -1,16 +1,14 @@
-"""CoreSched: spec cases K1–K19 (runtime-hooks.md §3.5) with a fake cookie kernel."""
+"""CoreSched: spec cases K1–K14, K18, K19 (runtime-hooks.md §3.5); the cookie cases K15–K17 are in
+tests/host/test_coresched.py, with the cookie caches."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from koordqos.hooks.context import ContainerContext, ContainerRequest, KubeQoSContext
 from koordqos.hooks.coresched import (
-    CookieEntry,
-    CookieManager,
     CoreSched,
     CoreSchedRule,
     Param,
@@ -113,81 +111,6 @@ def test_k14_kube_qos_cpu_idle() -> None:
     assert be.response.resources.cpu_idle == 1
 
 
-class FakeKernel:
-    """Cookies per PID; `broken` PIDs fail every operation; new cookies count from `next_cookie`."""
-
-    def __init__(self, cookies: dict[int, int], broken: set[int], next_cookie: int = 1000000) -> None:
-        self.cookies = cookies
-        self.broken = broken
-        self.next_cookie = next_cookie
-
-    def _check(self, pid: int) -> None:
-        if pid in self.broken:
-            raise OSError(3, "no such process")
-
-    def get(self, pid: int) -> int:
-        self._check(pid)
-        return self.cookies.get(pid, 0)
-
-    def create(self, pid: int) -> int:
-        self._check(pid)
-        self.cookies[pid] = self.next_cookie
-        self.next_cookie += 1
-        return self.cookies[pid]
-
-    def assign(self, from_pid: int, pids: Sequence[int]) -> list[int]:
-        cookie = self.get(from_pid)
-        failed = []
-        for pid in pids:
-            if pid in self.broken:
-                failed.append(pid)
-            else:
-                self.cookies[pid] = cookie
-        return failed
-
-    def clear(self, pids: Sequence[int]) -> list[int]:
-        failed = []
-        for pid in pids:
-            if pid in self.broken:
-                failed.append(pid)
-            else:
-                self.cookies[pid] = 0
-        return failed
-
-
-def test_k15_add_cookie() -> None:
-    kernel = FakeKernel({}, {12346})
-    mgr = CookieManager(kernel)
-    _, group = pod_enabled_and_group(ENABLED_RULE, {QOS: "LS", GID: "group-xxx"}, "uid", KubeQoS.BURSTABLE)
-    assert group == "group-xxx-expeller"
-    mgr.enable("uid", "containerd://c1", group, [12344, 12345, 12346])
-    assert mgr.cookies[group].cookie == 1000000
-    assert mgr.cookies[group].pids == {12344, 12345}
-    assert kernel.cookies[12345] == 1000000
-
-
-def test_k16_assign_cookie_from_a_sibling() -> None:
-    kernel = FakeKernel({1000: 1000000, 1001: 1000000, 1002: 1000000}, {12346}, next_cookie=2000000)
-    mgr = CookieManager(kernel)
-    mgr.cookies["group-xxx-expeller"] = CookieEntry(1000000, {1000, 1001, 1002})
-    mgr.enable("uid", "containerd://c1", "group-xxx-expeller", [12344, 12345, 12346])
-    assert mgr.cookies["group-xxx-expeller"].pids == {1000, 1001, 1002, 12344, 12345}
-    assert kernel.cookies[12344] == 1000000
-    assert kernel.next_cookie == 2000000
-
-
-def test_k17_clear_cookie() -> None:
-    kernel = FakeKernel({p: 1000000 for p in (1000, 1001, 1002, 12344)}, set())
-    mgr = CookieManager(kernel)
-    mgr.cookies["g"] = CookieEntry(1000000, {1000, 1001, 1002, 12344})
-    mgr.groups["uid/containerd://c1"] = "g"
-    enabled, _ = pod_enabled_and_group(ENABLED_RULE, {QOS: "LS", POLICY: "none"}, "uid", KubeQoS.BURSTABLE)
-    assert enabled is False
-    mgr.disable("uid", "containerd://c1", [12344])
-    assert mgr.cookies["g"].pids == {1000, 1001, 1002}
-    assert kernel.cookies[12344] == 0
-
-
 def cctx(parent: str, cid: str = "containerd://abc") -> ContainerContext:
     return ContainerContext(
         ContainerRequest(pod_uid="uid", container_id=cid, pod_labels={QOS: "LS"}, cgroup_parent=parent)
@@ -222,47 +145,3 @@ def test_k19_system_supported_probe(tmp_path: Path) -> None:
     sysctl.parent.mkdir(parents=True)
     sysctl.write_text("0\n")
     assert probe_sysfs(proc, sys) == (True, "sysctl supported")
-
-
-def _procs(root: Path, *pids: int) -> Path:
-    for pid in pids:
-        (root / str(pid)).mkdir(parents=True, exist_ok=True)
-    return root
-
-
-def test_prune_drops_dead_pids_so_a_reused_pid_gets_the_cookie(tmp_path: Path) -> None:
-    import shutil
-
-    proc_root = _procs(tmp_path / "proc", 100, 101)
-    kernel = FakeKernel({}, set())
-    mgr = CookieManager(kernel)
-    mgr.enable("uid", "containerd://c1", "g", [100, 101])
-    cookie = mgr.cookies["g"].cookie
-    assert mgr.cookies["g"].pids == {100, 101}
-    # 101 exits; the kernel forgets its cookie; a new process of container c2 then reuses PID 101
-    shutil.rmtree(proc_root / "101")
-    del kernel.cookies[101]
-    mgr.prune({"uid/containerd://c1", "uid/containerd://c2"}, proc_root)
-    assert mgr.cookies["g"].pids == {100}
-    _procs(proc_root, 101)
-    mgr.enable("uid", "containerd://c2", "g", [101])
-    assert kernel.cookies[101] == cookie
-    assert mgr.groups == {"uid/containerd://c1": "g", "uid/containerd://c2": "g"}
-
-
-def test_prune_forgets_containers_gone_and_emptied_cookies(tmp_path: Path) -> None:
-    proc_root = _procs(tmp_path / "proc", 100, 200)
-    mgr = CookieManager(FakeKernel({}, set()))
-    mgr.enable("u1", "containerd://c1", "g1", [100])
-    mgr.enable("u2", "containerd://c2", "g2", [200, 201])  # 201 has no /proc entry: dead
-    mgr.prune({"u2/containerd://c2"}, proc_root)
-    assert mgr.groups == {"u2/containerd://c2": "g2"}
-    assert mgr.cookies["g2"].pids == {200}
-    assert "g1" in mgr.cookies  # PID 100 still lives (e.g. moved elsewhere): the cookie stays shareable
-    (proc_root / "100").rmdir()
-    mgr.prune(set(), proc_root)
-    assert mgr.groups == {}
-    assert set(mgr.cookies) == {"g2"}
-    (proc_root / "200").rmdir()
-    mgr.prune(set(), proc_root)
-    assert mgr.cookies == {}

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from koordqos.config import HOOK_STAGES, parse_failure_policy
 from koordqos.errors import ConfigError, HookError
 from koordqos.hooks.context import STAGES, PodContext, PodRequest, Stage
-from koordqos.hooks.framework import HookRegistry, parse_failure_policy, run_hooks
+from koordqos.hooks.core import Call, run_stage
+from koordqos.hooks.framework import HookRegistry
 from koordqos.hooks.runtime import HookOptions, RuntimeHooks, pod_qos_condition
 
 
@@ -27,7 +29,8 @@ def test_hooks_run_in_name_order_and_the_last_writer_wins() -> None:
     reg.register(Stage.PRE_RUN_POD_SANDBOX, "a", "", setter(1))  # type: ignore[arg-type]
     reg.register(Stage.PRE_RUN_POD_SANDBOX, "B", "", setter(3))  # type: ignore[arg-type]
     c = ctx()
-    result = run_hooks(reg, "Ignore", Stage.PRE_RUN_POD_SANDBOX, c)
+    result = Call.start("test", 10.0, "Ignore")
+    run_stage(reg, result, Stage.PRE_RUN_POD_SANDBOX, c)
     assert result.ran == ["B", "a", "b"]  # upper case first, as Go string order
     assert c.response.resources.cfs_quota == 2
 
@@ -41,12 +44,13 @@ def test_ignore_policy_continues_and_fail_policy_stops() -> None:
     reg.register(Stage.PRE_RUN_POD_SANDBOX, "a", "", boom)
     reg.register(Stage.PRE_RUN_POD_SANDBOX, "b", "", setter(5))  # type: ignore[arg-type]
     c = ctx()
-    result = run_hooks(reg, "Ignore", Stage.PRE_RUN_POD_SANDBOX, c)
+    result = Call.start("test", 10.0, "Ignore")
+    run_stage(reg, result, Stage.PRE_RUN_POD_SANDBOX, c)
     assert result.errors == {"a": "ValueError: bad annotation"}
     assert c.response.resources.cfs_quota == 5
     c2 = ctx()
     with pytest.raises(HookError, match="hook a failed"):
-        run_hooks(reg, "Fail", Stage.PRE_RUN_POD_SANDBOX, c2)
+        run_stage(reg, Call.start("test", 10.0, "Fail"), Stage.PRE_RUN_POD_SANDBOX, c2)
     assert c2.response.resources.cfs_quota is None
 
 
@@ -59,6 +63,7 @@ def test_duplicate_name_in_a_stage_is_refused_and_stages_are_ordered() -> None:
     assert reg.stages() == [Stage.PRE_RUN_POD_SANDBOX, Stage.PRE_UPDATE_CONTAINER_RESOURCES]
     assert reg.stages(frozenset({Stage.PRE_RUN_POD_SANDBOX})) == [Stage.PRE_UPDATE_CONTAINER_RESOURCES]
     assert STAGES[0] is Stage.PRE_RUN_POD_SANDBOX
+    assert tuple(s.value for s in STAGES) == HOOK_STAGES  # the names config validates against
 
 
 def test_failure_policy_strings() -> None:
@@ -112,7 +117,7 @@ def test_ls_pod_pinned_by_cpuset_gets_quota_minus_one_over_normalization() -> No
             pod_annotations={"scheduling.koordinator.sh/resource-status": '{"cpuset":"2-3"}'},
         )
     )
-    hooks.run_stage(Stage.PRE_CREATE_CONTAINER, c, "Ignore")
+    run_stage(hooks.registry, Call.start("test", 10.0, "Ignore"), Stage.PRE_CREATE_CONTAINER, c)
     assert (c.response.resources.cfs_quota, c.response.resources.cpuset) == (-1, "2-3")
 
 

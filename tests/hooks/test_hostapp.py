@@ -14,11 +14,9 @@ from koordqos.cgroups.executor import CgroupExecutor, Outcome
 from koordqos.cgroups.layout import PATH_REFUSED
 from koordqos.events.bus import EventBus
 from koordqos.events.types import NodeSLOUpdated, NodeUpdated
-from koordqos.hooks.reconciler import (
-    RECONCILE_ERRORS,
-    HookReconciler,
-    host_app_cgroup_path,
-)
+from koordqos.hooks.hostapps import host_app_cgroup_path
+from koordqos.hooks.reconcile_plan import RECONCILE_ERRORS
+from koordqos.hooks.reconciler import HookReconciler
 from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import HostApplicationSpec, parse_nodeslo
 from koordqos.state import NodeState, reduce
@@ -246,7 +244,7 @@ async def test_running_component_follows_nodeslo_changes_and_the_interval(tmp_pa
     executor = CgroupExecutor(node.layout, base.decisions, force_update_seconds=0.0)  # no cache hold-off
     bus = EventBus()
     rec = HookReconciler(
-        base.hooks, node.layout, executor, base.decisions, bus=bus, interval=0.05, settle=0.0
+        base.hooks, node.layout, executor, base.host, base.decisions, bus=bus, interval=0.05, settle=0.0
     )
     apps = [app("nginx", "LS", parent="host-latency-sensitive")]
     tasks = [asyncio.create_task(bus.run()), asyncio.create_task(rec.run())]

@@ -9,10 +9,21 @@ import pytest
 from koordqos.decisions import DecisionLog
 from koordqos.hooks.context import ContainerContext, ContainerRequest
 from koordqos.hooks.oomscoreadj import OOMScoreAdj, target_oom_score_adj
-from koordqos.hooks.reconciler import set_oom_score_adj
+from koordqos.host import HostActuator, OomScoreAdjWrite, Outcome
 
 POD = "koordinator.sh/oom-score-adj"
 SPEC = "koordinator.sh/oom-score-adj-spec"
+
+
+def set_oom_score_adj(
+    proc_root: Path, pids: list[int], value: int, decisions: DecisionLog | None = None
+) -> tuple[int, int]:
+    """(written, skipped) of applying `value` to `pids` through the host actuator."""
+    host = HostActuator(DecisionLog() if decisions is None else decisions, proc_root=proc_root)
+    results = host.apply_now("test", [OomScoreAdjWrite(pid, value) for pid in pids])
+    written = sum(r.outcome is Outcome.WRITTEN for r in results)
+    skipped = sum(r.outcome in (Outcome.VANISHED, Outcome.FAILED) for r in results)
+    return written, skipped
 
 
 def proc(tmp_path: Path, values: dict[int, int | None]) -> Path:

@@ -14,6 +14,7 @@ from koordqos.model.nodeslo import parse_nodeslo
 from koordqos.model.pod import ContainerInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.state import NodeState, reduce
+from koordqos.testing.cookies import FakeCookieKernel
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
 
@@ -276,15 +277,15 @@ async def test_bad_pod_warning_memory_is_pruned_when_the_pod_leaves(tmp_path: Pa
         await rec.reconcile(state(PodsReplaced((bad,))))
         await rec.reconcile(state(PodsReplaced((bad,))))
         assert len([e for e in logs if e["event"] == "pod skipped by the hooks reconciler"]) == 1
-        assert len(rec._warned) == 1
+        assert len(rec.planner.warned) == 1
         await rec.reconcile(state(PodsReplaced(())))
-        assert rec._warned == set()
+        assert rec.planner.warned == set()
         await rec.reconcile(state(PodsReplaced((bad,))))  # came back: reported again
     assert len([e for e in logs if e["event"] == "pod skipped by the hooks reconciler"]) == 2
 
 
 async def test_bad_pod_warning_memory_is_bounded(tmp_path: Path) -> None:
-    from koordqos.hooks.reconciler import MAX_WARNED
+    from koordqos.hooks.reconcile_plan import MAX_WARNED
 
     node = make_node(tmp_path)
     rec = make_reconciler(node)
@@ -292,7 +293,7 @@ async def test_bad_pod_warning_memory_is_bounded(tmp_path: Path) -> None:
         pod(f"bad{i}", "BE", KubeQoS.BESTEFFORT, annotations=BAD_SPEC) for i in range(MAX_WARNED + 5)
     )
     rec.compute(state(PodsReplaced(pods)))
-    assert 0 < len(rec._warned) <= MAX_WARNED
+    assert 0 < len(rec.planner.warned) <= MAX_WARNED
 
 
 async def test_failing_pass_is_logged_once_and_counted_every_time(tmp_path: Path) -> None:
@@ -307,7 +308,7 @@ async def test_failing_pass_is_logged_once_and_counted_every_time(tmp_path: Path
     node = make_node(tmp_path)
     base = make_reconciler(node)
     rec = HookReconciler(
-        base.hooks, node.layout, base.executor, base.decisions, bus=EventBus(), interval=0.001
+        base.hooks, node.layout, base.executor, base.host, base.decisions, bus=EventBus(), interval=0.001
     )
     calls = 0
 
@@ -330,23 +331,22 @@ async def test_failing_pass_is_logged_once_and_counted_every_time(tmp_path: Path
     assert counter._value.get() == before + calls
 
 
-def _core_sched_reconciler(node: SyntheticNode, kernel: object) -> HookReconciler:
+def _core_sched_reconciler(node: SyntheticNode, kernel: FakeCookieKernel) -> HookReconciler:
     from koordqos.cgroups.executor import CgroupExecutor
     from koordqos.decisions import DecisionLog
     from koordqos.hooks.runtime import HookOptions, RuntimeHooks
+    from koordqos.host import HostActuator
 
     hooks = RuntimeHooks(
         HookOptions(
             gates={"CoreSched": True, "GroupIdentity": False},
             core_sched_supported=True,
             core_sched_reason="test",
-            cookie_ops=kernel,
         )
     )
     decisions = DecisionLog()
-    return HookReconciler(
-        hooks, node.layout, CgroupExecutor(node.layout, decisions), decisions, proc_root=node.proc_root
-    )
+    host = HostActuator(decisions, proc_root=node.proc_root, cookie_ops=kernel)
+    return HookReconciler(hooks, node.layout, CgroupExecutor(node.layout, decisions), host, decisions)
 
 
 CORE_SCHED_SLO = {
@@ -358,8 +358,6 @@ CORE_SCHED_SLO = {
 
 
 async def test_core_sched_caches_forget_containers_and_processes_that_left(tmp_path: Path) -> None:
-    from .test_coresched import FakeKernel
-
     node = make_node(tmp_path, extensions=("cpu.idle",))
     cid = "containerd://" + "ab" * 8
     p = pod("ls1", "LS", KubeQoS.BURSTABLE, [ContainerInfo(name="c0", container_id=cid)])
@@ -368,21 +366,20 @@ async def test_core_sched_caches_forget_containers_and_processes_that_left(tmp_p
     node.write(cdir, "cpu", "cgroup.procs", "100\n101\n")
     for pid in (100, 101):
         (node.proc_root / str(pid)).mkdir(parents=True)
-    kernel = FakeKernel({}, set())
+    kernel = FakeCookieKernel()
     rec = _core_sched_reconciler(node, kernel)
     slo = NodeSLOUpdated(parse_nodeslo(CORE_SCHED_SLO))
     await rec.reconcile(state(PodsReplaced((p,)), slo))
-    cs = rec.hooks.core_sched
-    assert cs is not None
-    assert cs.cookies is not None
-    assert set(cs.cookies.groups) == {f"ls1/{cid}"}
+    cookies = rec.host.cookies
+    assert cookies is not None
+    assert set(cookies.groups) == {f"ls1/{cid}"}
     assert kernel.cookies[100] == kernel.cookies[101] != 0
     # the pod is deleted and its processes exit
     for pid in (100, 101):
         (node.proc_root / str(pid)).rmdir()
     await rec.reconcile(state(PodsReplaced(()), slo))
-    assert cs.cookies.groups == {}
-    assert cs.cookies.cookies == {}
+    assert cookies.groups == {}
+    assert cookies.cookies == {}
 
 
 async def test_sandbox_id_takes_the_runtime_of_the_first_container(tmp_path: Path) -> None:
@@ -414,7 +411,7 @@ async def test_sandbox_id_takes_the_runtime_of_the_first_container(tmp_path: Pat
 
 def test_sandbox_runtime_fallbacks() -> None:
     from koordqos.events.types import RuntimeContainer
-    from koordqos.hooks.reconciler import sandbox_runtime
+    from koordqos.hooks.podviews import sandbox_runtime
 
     docker = pod("u", "LS", KubeQoS.BURSTABLE, [ContainerInfo(name="c", container_id="docker://abc")])
     assert sandbox_runtime(docker, {}, ()) == "docker"
@@ -426,3 +423,23 @@ def test_sandbox_runtime_fallbacks() -> None:
     assert sandbox_runtime(None, {}, (crio,)) == "cri-o"
     assert sandbox_runtime(None, {"io.kubernetes.docker.type": "podsandbox"}, ()) == "docker"
     assert sandbox_runtime(None, {}, ()) == "containerd"
+
+
+async def test_dry_run_host_writes_are_recorded_and_change_nothing(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    kernel = node.proc_root / "sys/kernel"
+    kernel.mkdir(parents=True)
+    (kernel / "sched_group_identity_enabled").write_text("0\n")
+    app = ContainerInfo(name="c1", container_id="containerd://appc")
+    p = pod("o", "LS", KubeQoS.BURSTABLE, [app], {"koordinator.sh/oom-score-adj": "-500"})
+    pdir = node.add_pod(p)
+    node.write(node.layout.container_dir_in(pdir, "containerd://appc"), "cpu", "cgroup.procs", 22)
+    (node.proc_root / "22").mkdir()
+    (node.proc_root / "22/oom_score_adj").write_text("0\n")
+    rec = make_reconciler(node, {"OOMScoreAdj": True}, dry_run=True)
+    await rec.reconcile(state(PodsReplaced((p,)), NodeSLOUpdated(parse_nodeslo(GI_SLO))))
+    assert (node.proc_root / "22/oom_score_adj").read_text().strip() == "0"
+    assert (kernel / "sched_group_identity_enabled").read_text().strip() == "0"
+    recorded = {(d.target, d.new) for d in rec.decisions.recent() if d.dry_run}
+    assert ("pid/22/oom_score_adj", -500) in recorded
+    assert ("sysctl/kernel/sched_group_identity_enabled", "1") in recorded

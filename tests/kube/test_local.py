@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from koordqos import kube
 from koordqos import observability as obs
 from koordqos.agent import Agent
 from koordqos.config import build_config
@@ -42,7 +41,7 @@ def slo_yaml(threshold: int) -> str:
 
 @asynccontextmanager
 async def running_agent(tree: dict[str, Any], local: bool) -> AsyncIterator[Agent]:
-    agent = Agent(build_config(tree), setups=[("kube", kube.setup)], local_mode=local)
+    agent = Agent(build_config(tree), packages=("kube",), local_mode=local)
     agent.build()
     task = asyncio.create_task(agent.run())
     try:
@@ -73,7 +72,7 @@ async def test_nodeslo_file_edited_while_running_takes_effect(tmp_path: Path) ->
     path = tmp_path / "nodeslo.yaml"
     path.write_text(slo_yaml(70))
     async with running_agent(local_tree(tmp_path, path), local=True) as agent:
-        local = agent.ctx.services["local_sources"]
+        local = agent.parts.local_sources
         assert isinstance(local, LocalSources)
         local.poll_seconds = 0.02
         await wait_until(lambda: agent.ready, message="local mode ready")
@@ -105,7 +104,7 @@ async def test_local_mode_without_file_uses_defaults_and_procfs(tmp_path: Path) 
         assert node is not None
         assert node.capacity == {"cpu": 4000, "memory": 8 * 1024**3}
         assert node.name == "local-node"
-        assert isinstance(agent.ctx.services["evictor"], Evictor)
+        assert isinstance(agent.services.evictor, Evictor)
 
 
 async def test_local_pods_come_from_nri_sandboxes(tmp_path: Path) -> None:
@@ -131,7 +130,7 @@ async def test_local_pods_come_from_nri_sandboxes(tmp_path: Path) -> None:
         )
         await agent.bus.publish(RuntimeSandboxRemoved("sb1"))
         await wait_until(lambda: "uid-1" not in agent.bus.state.pods, message="pod removed with its sandbox")
-        evicted = await agent.ctx.services["evictor"].evict(pod, "evicted", "test", "CPUEvict")
+        evicted = await agent.services.evictor.evict(pod, "evicted", "test", "CPUEvict")
         assert evicted is True
         assert agent.decisions.recent()[-1].dry_run is True
 
@@ -162,10 +161,10 @@ async def test_cluster_mode_agent_becomes_ready_against_the_fake_api_server(
         pod = next(iter(agent.bus.state.pods.values()))
         assert isinstance(pod, PodInfo)
         assert pod.name == "p1"
-        ok = await agent.ctx.services["evictor"].evict(pod, "evicted", "test", "CPUEvict")
+        ok = await agent.services.evictor.evict(pod, "evicted", "test", "CPUEvict")
         assert ok is True
         await wait_until(lambda: not agent.bus.state.pods, message="evicted pod deleted through the watch")
-    await agent.ctx.services["kube_client"].close()
+    await agent.services.kube.close()
 
 
 async def test_bad_kubeconfig_is_retried_not_fatal(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from koordqos import cgroups, kube, metrics, nri
 from koordqos.agent import Agent
 from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.resources import CgroupVersion
@@ -102,17 +101,11 @@ async def env(request: pytest.FixtureRequest, short_dir: Path) -> AsyncIterator[
             "kube": {"node_name": "local-node"},
         }
     )
-    setups = [
-        ("cgroups", cgroups.setup),
-        ("metrics", metrics.setup),
-        ("kube", kube.setup),
-        ("nri", nri.setup),
-    ]
-    agent = Agent(cfg, setups=setups, local_mode=True)
+    agent = Agent(cfg, packages=("metrics", "kube", "nri"), local_mode=True)
     run = asyncio.create_task(agent.run())
     try:
         await runtime.wait_joined(timeout=10)
-        collector = agent.ctx.services["collector"]
+        collector = agent.parts.collector
         await wait_until(lambda: collector.rounds >= 1, message="the collector's start-up round")
         clock = FakeClock()
         collector._clock = clock
@@ -176,7 +169,7 @@ async def test_be_pod_containers_over_nri_are_measured_per_container(env: Env) -
     assert main.throttled_ratio == 0.4
     assert side.throttled_ratio == 0.0
     assert side.memory_working_set == 64 << 20
-    store = env.agent.ctx.services["metric_store"]
+    store = env.agent.services.metric_store
     assert store.last(MetricKind.CONTAINER_CPU_THROTTLED, ids[0]) == 0.4
     assert close(store.last(MetricKind.CONTAINER_CPU_USAGE, ids[0]), 0.6)
 

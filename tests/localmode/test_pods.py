@@ -6,11 +6,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from koordqos.agent import AgentContext
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import build_config
-from koordqos.decisions import DecisionLog
 from koordqos.events.bus import EventBus
 from koordqos.events.types import (
     Event,
@@ -148,10 +146,7 @@ class Recorder:
 
 
 def local_sources(bus: EventBus, layout: CgroupLayout | None = None) -> LocalSources:
-    ctx = AgentContext(build_config({"kube": {"node_name": "n"}}), bus, DecisionLog(), local_mode=True)
-    if layout is not None:
-        ctx.services["cgroup_layout"] = layout
-    return LocalSources(ctx)
+    return LocalSources(bus, build_config({"kube": {"node_name": "n"}}), layout)
 
 
 async def test_container_changes_coalesced_into_one_republish(bus: EventBus) -> None:

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from koordqos import cgroups, metrics
-from koordqos.agent import AgentContext
+from koordqos.agent import Agent, build_services
 from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
@@ -261,7 +260,7 @@ async def test_run_publishes_ticks_until_cancelled(tmp_path: Path) -> None:
     assert all(LS_POD.uid in t.pods for t in ticks)
 
 
-async def test_setup_puts_services(tmp_path: Path) -> None:
+async def test_build_services_and_the_collector(tmp_path: Path) -> None:
     node = SyntheticNode(tmp_path, CgroupVersion.V2, CgroupDriver.SYSTEMD)
     cfg = build_config(
         {
@@ -274,36 +273,30 @@ async def test_setup_puts_services(tmp_path: Path) -> None:
             "executor": {"resource_force_update_seconds": 30},
         }
     )
-    ctx = AgentContext(cfg, EventBus(), DecisionLog(), local_mode=True)
-    assert cgroups.setup(ctx) == []
-    comps = metrics.setup(ctx)
-    assert set(ctx.services) >= {
-        "cgroup_layout",
-        "executor",
-        "cgroup_reader",
-        "topology",
-        "metric_store",
-        "collector",
-    }
-    layout = ctx.service("cgroup_layout")
+    svc = build_services(cfg, True, EventBus(), DecisionLog(), {})
+    layout = svc.layout
     assert (layout.version, layout.driver) == (CgroupVersion.V2, CgroupDriver.SYSTEMD)
-    assert ctx.service("executor").force_update_seconds == 30
-    assert comps == [ctx.service("collector")]
-    assert comps[0].name == "metrics-collector"
-    assert comps[0].interval == 2
-    assert ctx.service("metric_store").retention == 60
-    assert len(ctx.service("topology")) == 4
-    snap = await ctx.service("collector").round()
+    assert svc.executor.force_update_seconds == 30
+    assert svc.reader.layout is layout
+    assert svc.metric_store.retention == 60
+    assert len(svc.topology) == 4
+    agent = Agent(cfg, packages=("metrics",), local_mode=True)
+    agent.build()
+    collector = agent.parts.collector
+    assert collector is not None
+    assert [c for c in agent.components if isinstance(c, MetricsCollector)] == [collector]
+    assert collector.name == "metrics-collector"
+    assert collector.interval == 2
+    snap = await collector.round()
     assert snap.node.memory_total == 16 << 30
 
 
 @pytest.mark.parametrize("dry_run", [True, False])
-def test_setup_executor_dry_run_follows_config(tmp_path: Path, dry_run: bool) -> None:
+def test_executor_dry_run_follows_config(tmp_path: Path, dry_run: bool) -> None:
     node = SyntheticNode(tmp_path)
     cfg = build_config({"paths": {"cgroup_root": str(node.cgroup_root)}, "dry_run": dry_run})
-    ctx = AgentContext(cfg, EventBus(), DecisionLog(dry_run=dry_run), local_mode=True)
-    cgroups.setup(ctx)
-    assert ctx.service("executor").dry_run is dry_run
+    svc = build_services(cfg, True, EventBus(), DecisionLog(dry_run=dry_run), {})
+    assert svc.executor.dry_run is dry_run
 
 
 async def test_failing_round_is_counted_and_loop_continues(tmp_path: Path) -> None:

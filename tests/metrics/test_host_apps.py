@@ -28,8 +28,8 @@ from koordqos.model.nodeslo import CgroupPath, parse_nodeslo
 from koordqos.model.pod import PodInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.strategies.cpusuppress import CPUSuppressStrategy
-from koordqos.strategies.framework import StrategyEnv
 from koordqos.testing.nodefs import SyntheticNode
+from koordqos.testing.strategyenv import strategy_env
 
 SEC = 1_000_000_000
 
@@ -218,15 +218,17 @@ async def test_cpu_suppress_live_path_counts_non_be_host_app(tmp_path: Path) -> 
 
     decisions = DecisionLog()
     config = build_config({"paths": {"cgroup_root": str(node.cgroup_root)}})
-    services = {
-        "metric_store": store,
-        "cgroup_layout": lay,
-        "cgroup_reader": coll.reader,
-        "topology": read_topology(node.sys_root),
-        "executor": CgroupExecutor(lay, decisions),
-    }
+    env = strategy_env(
+        lay,
+        decisions,
+        config=config,
+        store=store,
+        reader=coll.reader,
+        executor=CgroupExecutor(lay, decisions),
+        topology=read_topology(node.sys_root),
+    )
     strategy = CPUSuppressStrategy()
-    await strategy.run_once(bus.state, StrategyEnv(config, decisions, services))
+    await strategy.run_once(bus.state, env)
     plan = strategy.last_plan
     assert plan is not None
     assert not plan.skipped

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -13,8 +14,11 @@ import pytest
 
 from koordqos.config import NRISettings
 from koordqos.events.bus import EventBus
+from koordqos.hooks.core import Call
+from koordqos.nri.events import NRICall
 from koordqos.nri.plugin import NRIPlugin
 from koordqos.observability import REGISTRY
+from koordqos.state import NodeState
 from koordqos.testing.mock_nri.runtime import MockRuntime
 
 
@@ -77,11 +81,37 @@ async def runner() -> AsyncIterator[PluginRunner]:
     await r.stop()
 
 
+class Handlers:
+    """Stands in for the NRI adapter: functions `fn(event, state)` per NRI call type, run in the order
+    added, inside the hook core's run_call (deadline, failure policy) as the real adapter is."""
+
+    def __init__(self) -> None:
+        self.by_type: dict[type[Any], list[Callable[[Any, NodeState], Any]]] = {}
+
+    def on(self, cls: type[Any], fn: Callable[[Any, NodeState], Any]) -> None:
+        self.by_type.setdefault(cls, []).append(fn)
+
+    async def __call__(self, event: NRICall, state: NodeState, call: Call) -> None:
+        for fn in self.by_type.get(type(event), ()):
+            out = fn(event, state)
+            if inspect.isawaitable(out):
+                await out
+
+
 @pytest.fixture
-def start_plugin(runner: PluginRunner, bus: EventBus, sock_path: Path) -> Callable[..., NRIPlugin]:
+def handlers() -> Handlers:
+    """What the plugin started by `start_plugin` answers its calls with (nothing, unless a test adds)."""
+    return Handlers()
+
+
+@pytest.fixture
+def start_plugin(
+    runner: PluginRunner, bus: EventBus, sock_path: Path, handlers: Handlers
+) -> Callable[..., NRIPlugin]:
     """start_plugin(**plugin_kwargs, settings=...) -> a running NRIPlugin on the fixture socket."""
 
     def start(nri: NRISettings | None = None, **kw: Any) -> NRIPlugin:
+        kw.setdefault("handler", handlers)
         return runner.start(NRIPlugin(bus, nri or settings(sock_path), **kw))
 
     return start

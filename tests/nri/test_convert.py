@@ -10,13 +10,21 @@ import pytest
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.resources import CgroupVersion
+from koordqos.config import FailurePolicy
 from koordqos.decisions import DecisionLog
 from koordqos.errors import HookError
+from koordqos.hooks.core import Call, HookCore, run_call
 from koordqos.hooks.resources import Resources
 from koordqos.hooks.runtime import RuntimeHooks
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.convert import NRIHooks, differing, envs_from_nri, resources_from_nri
-from koordqos.nri.events import NRICreateContainer, NRIRunPodSandbox, NRISynchronize, NRIUpdateContainer
+from koordqos.nri.events import (
+    NRICall,
+    NRICreateContainer,
+    NRIRunPodSandbox,
+    NRISynchronize,
+    NRIUpdateContainer,
+)
 from koordqos.state import NodeState
 from koordqos.testing.nodefs import SyntheticNode
 
@@ -59,16 +67,15 @@ def ctr(state: int = api.CONTAINER_RUNNING) -> api.Container:
     return c
 
 
-def nh(tmp_path: Path, dry_run: bool = False, policy: str = "Ignore") -> NRIHooks:
+def nh(tmp_path: Path, dry_run: bool = False) -> NRIHooks:
     node = make_node(tmp_path)
     decisions = DecisionLog(dry_run=dry_run)
-    return NRIHooks(
-        RuntimeHooks(),
-        node.layout,
-        CgroupExecutor(node.layout, decisions),
-        policy,  # type: ignore[arg-type]
-        decisions=decisions,
-    )
+    return NRIHooks(HookCore(RuntimeHooks(), CgroupExecutor(node.layout, decisions), decisions), node.layout)
+
+
+async def serve(h: NRIHooks, event: NRICall, policy: FailurePolicy = "Ignore") -> Call:
+    """Serve one NRI call as the plugin does: through the hook core's run_call."""
+    return await run_call(type(event).__name__, 10.0, policy, lambda call: h(event, NodeState(), call))
 
 
 def test_resources_from_nri_zero_means_unset() -> None:
@@ -87,44 +94,44 @@ def test_differing_only_sends_changes() -> None:
     assert differing(want, Resources(cpu_shares=2)) == Resources(cpu_shares=512)
 
 
-def test_create_container_adjustment_and_no_update_for_itself(tmp_path: Path) -> None:
+async def test_create_container_adjustment_and_no_update_for_itself(tmp_path: Path) -> None:
     h = nh(tmp_path)
     ev = NRICreateContainer(be_pod(), ctr(api.CONTAINER_CREATED))
-    h.create_container(ev, NodeState())
+    await serve(h, ev)
     r = ev.adjust.linux.resources
     assert (r.cpu.shares.value, r.cpu.quota.value, r.memory.limit.value) == (512, 50000, 1 << 30)
     assert not r.cpu.cpus  # the empty BE cpuset is left out in NRI mode
     assert ev.updates == []
 
 
-def test_update_container_uses_the_requested_resources_and_names_the_container(tmp_path: Path) -> None:
+async def test_update_container_uses_the_requested_resources_and_names_the_container(tmp_path: Path) -> None:
     h = nh(tmp_path)
     ls = api.PodSandbox(id="sb", name="p", uid="u2", namespace="ns", labels={"koordinator.sh/qosClass": "LS"})
     ev = NRIUpdateContainer(ls, ctr())
     ev.linux_resources.cpu.quota.value = 100000
-    h.update_container(ev, NodeState())
+    await serve(h, ev)
     assert ev.updates == []  # nothing set: no (empty) update
     ev = NRIUpdateContainer(be_pod(), ctr())
-    h.update_container(ev, NodeState())
+    await serve(h, ev)
     assert [u.container_id for u in ev.updates] == ["cid"]
 
 
-def test_synchronize_skips_stopped_and_unchanged_containers(tmp_path: Path) -> None:
+async def test_synchronize_skips_stopped_and_unchanged_containers(tmp_path: Path) -> None:
     h = nh(tmp_path)
     stopped = ctr(api.CONTAINER_STOPPED)
     ev = NRISynchronize([be_pod()], [stopped])
-    h.synchronize(ev, NodeState())
+    await serve(h, ev)
     assert ev.updates == []
     fine = ctr()
     rr = fine.linux.resources
     rr.cpu.shares.value, rr.cpu.quota.value, rr.memory.limit.value = 512, 50000, 1 << 30
     ev = NRISynchronize([be_pod()], [fine])
-    h.synchronize(ev, NodeState())
+    await serve(h, ev)
     assert ev.updates == []
 
 
 async def test_run_pod_sandbox_fail_policy_writes_nothing(tmp_path: Path) -> None:
-    h = nh(tmp_path, policy="Fail")
+    h = nh(tmp_path)
     pod = be_pod()
     pod_dir = h.layout.normalize_parent(pod.linux.cgroup_parent)
     quota = h.layout.file_path(pod_dir, "cpu.cfs_quota_us")
@@ -133,25 +140,24 @@ async def test_run_pod_sandbox_fail_policy_writes_nothing(tmp_path: Path) -> Non
     # a malformed resource-status makes CPUSetAllocator fail: under Fail nothing is written
     pod.annotations["scheduling.koordinator.sh/resource-status"] = "bad-format"
     with pytest.raises(HookError):
-        await h.run_pod_sandbox(NRIRunPodSandbox(pod), NodeState())
+        await serve(h, NRIRunPodSandbox(pod), "Fail")
     # under Ignore the BE pod's values are written before the reply
-    h.policy = "Ignore"
-    await h.run_pod_sandbox(NRIRunPodSandbox(be_pod()), NodeState())
+    await serve(h, NRIRunPodSandbox(be_pod()))
     assert quota.read_text().strip() == "50000"
 
 
-def test_dry_run_records_and_adjusts_nothing(tmp_path: Path) -> None:
+async def test_dry_run_records_and_adjusts_nothing(tmp_path: Path) -> None:
     h = nh(tmp_path, dry_run=True)
     ev = NRICreateContainer(be_pod(), ctr(api.CONTAINER_CREATED))
-    h.create_container(ev, NodeState())
+    await serve(h, ev)
     assert ev.adjust.ByteSize() == 0
-    last = h.decisions.recent()[-1]
+    last = h.core.decisions.recent()[-1]
     assert last.dry_run
     assert last.action == "nri-adjust"
     assert "quota=50000" in str(last.new)
 
 
-def test_missing_pod_linux_and_hostile_paths_are_tolerated(tmp_path: Path) -> None:
+async def test_missing_pod_linux_and_hostile_paths_are_tolerated(tmp_path: Path) -> None:
     h = nh(tmp_path)
     pod = api.PodSandbox(
         id="sb",
@@ -166,5 +172,5 @@ def test_missing_pod_linux_and_hostile_paths_are_tolerated(tmp_path: Path) -> No
     cc = h.container_context(pod, c, NodeState())
     assert (cc.request.pod_cgroup_parent, cc.request.cgroup_parent) == ("", "")
     ev = NRICreateContainer(pod, c)
-    h.create_container(ev, NodeState())
+    await serve(h, ev)
     assert ev.adjust.linux.resources.cpu.quota.value == 50000  # resource values still flow to the runtime

@@ -14,15 +14,11 @@ from pathlib import Path
 import pytest
 
 from koordqos.agent import Agent
-from koordqos.cgroups import setup as cgroups_setup
 from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import build_config
 from koordqos.events.types import NodeSLOUpdated
-from koordqos.hooks import setup as hooks_setup
-from koordqos.kube import setup as kube_setup
 from koordqos.model.nodeslo import parse_nodeslo
-from koordqos.nri import setup as nri_setup
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.testing.mock_nri.link import PluginLink
 from koordqos.testing.mock_nri.runtime import MockRuntime
@@ -120,7 +116,7 @@ async def env(request: pytest.FixtureRequest, short_dir: Path) -> AsyncIterator[
     )
     agent = Agent(
         cfg,
-        setups=[("cgroups", cgroups_setup), ("kube", kube_setup), ("hooks", hooks_setup), ("nri", nri_setup)],
+        packages=("kube", "hooks", "nri"),
         local_mode=True,
     )
     run = asyncio.create_task(agent.run())

@@ -29,7 +29,7 @@ from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
 from koordqos.testing.poll import wait_until
 
-from .conftest import settings
+from .conftest import Handlers, settings
 
 
 async def test_handshake_with_configure_before_register_reply(
@@ -94,7 +94,7 @@ async def test_bad_name_is_rejected_and_retried(
 
 
 async def test_synchronize_200_pods_400_containers_in_chunks(
-    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus, handlers: Handlers
 ) -> None:
     seen: list[NRISynchronize] = []
 
@@ -104,7 +104,7 @@ async def test_synchronize_200_pods_400_containers_in_chunks(
             ev.update_for(ctr.id).linux.resources.cpu.shares.value = 2
         ev.update_for("untouched")  # left empty: must not reach the runtime
 
-    bus.register_hook(NRISynchronize, "test", hook)
+    handlers.on(NRISynchronize, hook)
     rt = MockRuntime(sock_path, sync_chunk=50)
     rt.pods, rt.containers = sample_node(200, 2)
     async with rt:
@@ -160,7 +160,11 @@ async def test_no_hooks_give_empty_replies(sock_path: Path, start_plugin: Callab
 
 @pytest.mark.parametrize("dedicated", [True, False], ids=["dedicated-rpcs", "state-change"])
 async def test_every_lifecycle_event(
-    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus, dedicated: bool
+    sock_path: Path,
+    start_plugin: Callable[..., NRIPlugin],
+    bus: EventBus,
+    dedicated: bool,
+    handlers: Handlers,
 ) -> None:
     got: list[tuple[str, str]] = []
 
@@ -185,7 +189,7 @@ async def test_every_lifecycle_event(
         NRIStopContainer,
         NRIRemoveContainer,
     ):
-        bus.register_hook(cls, "record", record)
+        handlers.on(cls, record)
     async with MockRuntime(sock_path, dedicated_rpcs=dedicated) as rt:
         start_plugin()
         await rt.wait_joined(timeout=5)
@@ -293,7 +297,7 @@ async def test_unknown_methods_get_unimplemented(
 
 
 async def test_a_reply_over_4_mib_becomes_resource_exhausted(
-    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus, handlers: Handlers
 ) -> None:
     calls = 0
 
@@ -303,7 +307,7 @@ async def test_a_reply_over_4_mib_becomes_resource_exhausted(
         if calls == 1:
             ev.adjust.annotations["example.com/huge"] = "v" * (5 << 20)
 
-    bus.register_hook(NRICreateContainer, "huge", huge_once)
+    handlers.on(NRICreateContainer, huge_once)
     async with MockRuntime(sock_path) as rt:
         start_plugin()
         await rt.wait_joined(timeout=5)
@@ -316,14 +320,14 @@ async def test_a_reply_over_4_mib_becomes_resource_exhausted(
 
 
 async def test_replies_larger_than_4096_bytes(
-    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus, handlers: Handlers
 ) -> None:
     def big(ev: NRICreateContainer, state: Any) -> None:
         for i in range(50):
             ev.adjust.annotations[f"example.com/k{i}"] = "v" * 200  # ≈ 11 kB reply
         ev.adjust.linux.resources.cpu.shares.value = 2
 
-    bus.register_hook(NRICreateContainer, "big", big)
+    handlers.on(NRICreateContainer, big)
     async with MockRuntime(sock_path) as rt:
         plugin = start_plugin()
         await rt.wait_joined(timeout=5)
@@ -359,13 +363,13 @@ async def test_replies_larger_than_4096_bytes(
 
 
 async def test_create_container_never_updates_itself(
-    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus, handlers: Handlers
 ) -> None:
     def hook(ev: NRICreateContainer, state: Any) -> None:
         ev.update_for(ev.container.id).linux.resources.cpu.shares.value = 5
         ev.update_for("other").linux.resources.cpu.shares.value = 6
 
-    bus.register_hook(NRICreateContainer, "self", hook)
+    handlers.on(NRICreateContainer, hook)
     async with MockRuntime(sock_path) as rt:
         start_plugin()
         await rt.wait_joined(timeout=5)
@@ -375,12 +379,14 @@ async def test_create_container_never_updates_itself(
         assert [u.container_id for u in resp.update] == ["other"]
 
 
-async def test_failure_policy(sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus) -> None:
+async def test_failure_policy(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus, handlers: Handlers
+) -> None:
     def broken(ev: NRICreateContainer, state: Any) -> None:
         ev.adjust.annotations["partial"] = "yes"
         raise ValueError("boom")
 
-    bus.register_hook(NRICreateContainer, "broken", broken)
+    handlers.on(NRICreateContainer, broken)
     async with MockRuntime(sock_path) as rt:
         plugin = start_plugin()
         await rt.wait_joined(timeout=5)
@@ -395,7 +401,7 @@ async def test_failure_policy(sock_path: Path, start_plugin: Callable[..., NRIPl
 
 
 async def test_a_failing_synchronize_hook_never_keeps_nri_down_under_fail(
-    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus, handlers: Handlers
 ) -> None:
     """An error reply to Synchronize makes the runtime close the plugin, and it would fail the same way on
     every reconnect: Synchronize always runs its hooks under Ignore."""
@@ -403,7 +409,7 @@ async def test_a_failing_synchronize_hook_never_keeps_nri_down_under_fail(
     def broken(ev: NRISynchronize, state: Any) -> None:
         raise ValueError("boom")
 
-    bus.register_hook(NRISynchronize, "broken", broken)
+    handlers.on(NRISynchronize, broken)
     async with MockRuntime(sock_path) as rt:
         rt.pods, rt.containers = sample_node(3, 2)
         plugin = start_plugin(failure_policy="Fail")

@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 
-from koordqos.agent import AgentContext
+from koordqos.agent import Agent
 from koordqos.config import NRISettings, build_config
-from koordqos.decisions import DecisionLog
 from koordqos.errors import ConfigError
 from koordqos.events.bus import EventBus
-from koordqos.nri import setup
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.events import NRICreateContainer, NRISynchronize
 from koordqos.nri.mux import encode_frame, frames_for
@@ -27,7 +25,7 @@ from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
 from koordqos.testing.poll import wait_until
 
-from .conftest import PluginRunner, metric, settings
+from .conftest import Handlers, PluginRunner, metric, settings
 
 
 async def _hang(ev: Any, state: Any) -> None:
@@ -36,9 +34,9 @@ async def _hang(ev: Any, state: Any) -> None:
 
 @pytest.mark.parametrize("policy", ["Ignore", "Fail"])
 async def test_hanging_hook_still_replies_inside_the_deadline(
-    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus, policy: str
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus, policy: str, handlers: Handlers
 ) -> None:
-    bus.register_hook(NRICreateContainer, "hang", _hang)
+    handlers.on(NRICreateContainer, _hang)
     # the mock drops the plugin (like containerd) if a reply misses its request timeout
     async with MockRuntime(sock_path, request_timeout=1.0) as rt:
         start_plugin(failure_policy=policy)
@@ -63,10 +61,10 @@ def test_hook_deadline_keeps_a_margin() -> None:
 
 
 async def test_runtime_restart_reconnects_and_resynchronizes(
-    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus, handlers: Handlers
 ) -> None:
     syncs: list[bool] = []
-    bus.register_hook(NRISynchronize, "seen", lambda ev, st: syncs.append(ev.reconnect))
+    handlers.on(NRISynchronize, lambda ev, st: syncs.append(ev.reconnect))
     rt = MockRuntime(sock_path)
     rt.pods, rt.containers = sample_node(3, 2)
     await rt.start()
@@ -210,22 +208,24 @@ async def test_mock_drops_a_plugin_that_never_registers(sock_path: Path) -> None
             writer.close()
 
 
-def _ctx(sock: Path, enabled: bool) -> AgentContext:
+def _agent(sock: Path, enabled: bool) -> Agent:
     cfg = build_config({"nri": {"enabled": enabled, "socket": str(sock)}, "kube": {"node_name": "n"}})
-    return AgentContext(cfg, EventBus(), DecisionLog(dry_run=False), local_mode=True)
+    agent = Agent(cfg, packages=("nri",), local_mode=True)
+    agent.build()
+    return agent
 
 
-def test_setup_registers_the_plugin(sock_path: Path) -> None:
-    ctx = _ctx(sock_path, True)
-    comps = setup(ctx)
-    assert comps == [ctx.services["nri_plugin"]]
-    assert comps[0].name == "nri"
-    assert not comps[0].essential
-    assert ctx.status["nri"] == "connecting"
-    off = _ctx(sock_path, False)
-    assert setup(off) == []
+def test_the_agent_builds_the_plugin(sock_path: Path) -> None:
+    agent = _agent(sock_path, True)
+    plugin = agent.parts.nri
+    assert plugin is not None
+    assert [c for c in agent.components if c.name == "nri"] == [plugin]
+    assert not plugin.essential
+    assert agent.status["nri"] == "connecting"
+    off = _agent(sock_path, False)
+    assert off.parts.nri is None
+    assert not [c for c in off.components if c.name == "nri"]
     assert off.status["nri"] == "disabled"
-    assert "nri_plugin" not in off.services
 
 
 def test_backoff_is_exponential_capped_and_jittered(bus: EventBus, sock_path: Path) -> None:

@@ -17,15 +17,10 @@ import pytest
 from grpclib.client import Channel
 
 from koordqos.agent import Agent
-from koordqos.cgroups import setup as cgroups_setup
 from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import build_config
-from koordqos.hooks import setup as hooks_setup
 from koordqos.hooks.runtime import RuntimeHooks
-from koordqos.kube import setup as kube_setup
-from koordqos.nri import setup as nri_setup
-from koordqos.proxy import setup as proxy_setup
 from koordqos.proxy.api import runtime_api_pb2 as rpb
 from koordqos.proxy.api.runtime_api_grpc import RuntimeHookServiceStub
 from koordqos.proxy.server import ProxyServer
@@ -169,11 +164,9 @@ async def running_agent(
             "dry_run": dry_run,
         }
     )
-    setups = [("cgroups", cgroups_setup), ("kube", kube_setup), ("hooks", hooks_setup)]
-    setups += [("nri", nri_setup), ("proxy", proxy_setup)]
-    agent = Agent(cfg, setups=setups, local_mode=True)
+    agent = Agent(cfg, packages=("kube", "hooks", "nri", "proxy"), local_mode=True)
     agent.build()
-    server: ProxyServer | None = agent.ctx.services.get("proxy_server")
+    server: ProxyServer | None = agent.parts.proxy
     run = asyncio.create_task(agent.run())
     channel: Channel | None = None
     try:
@@ -183,9 +176,7 @@ async def running_agent(
             await asyncio.wait_for(server.started.wait(), 10)
             channel = Channel(path=str(sock))
             stub = RuntimeHookServiceStub(channel)
-        yield AgentEnv(
-            node, agent, server, agent.ctx.service("runtime_hooks"), stub, runtime, link, sock, config_dir
-        )
+        yield AgentEnv(node, agent, server, agent.services.hooks, stub, runtime, link, sock, config_dir)
     finally:
         if channel is not None:
             channel.close()

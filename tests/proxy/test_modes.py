@@ -180,7 +180,7 @@ async def test_same_pod_same_cgroup_values_in_nri_and_proxy_mode(
     pod, kubelet, pod_values = CASES[case]
     async with running_agent(short_dir, version, nri=mode == "nri", proxy=mode == "proxy") as env:
         node = env.node
-        executor: CgroupExecutor = env.agent.ctx.service("executor")
+        executor: CgroupExecutor = env.agent.services.executor
         pod_dir = node.layout.normalize_parent(pod.cgroup_parent)
         node.make_cgroup(pod_dir)  # the kubelet creates the pod cgroup before RunPodSandbox
         kubelet_writes = [

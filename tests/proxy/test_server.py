@@ -18,16 +18,17 @@ from grpclib.exceptions import GRPCError
 
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion
+from koordqos.config import FailurePolicy
 from koordqos.errors import ConfigError
 from koordqos.events.bus import EventBus
-from koordqos.hooks.context import Stage
-from koordqos.hooks.framework import FailurePolicy, HookRegistry
+from koordqos.hooks.context import HookContext, Stage
+from koordqos.hooks.core import Call
+from koordqos.hooks.framework import HookRegistry
 from koordqos.hooks.runtime import HookOptions, RuntimeHooks
 from koordqos.observability import REGISTRY
 from koordqos.proxy.api import runtime_api_pb2 as rpb
 from koordqos.proxy.api.runtime_api_grpc import RuntimeHookServiceStub
 from koordqos.proxy.convert import ProxyConverter
-from koordqos.proxy.events import ProxyContainerHook
 from koordqos.proxy.registration import RegistrationFile, proxy_stages, render_registration
 from koordqos.proxy.server import CorkedTransport, ProxyServer
 from koordqos.proxy.service import RuntimeHookService
@@ -281,11 +282,11 @@ async def test_a_hook_overrunning_the_deadline(short_dir: Path, policy: FailureP
     server.service.request_timeout = 0.05  # the hooks get the 1 ms minimum
     released = asyncio.Event()
 
-    async def slow(event: ProxyContainerHook, state: object) -> None:
+    async def slow(call: Call, stage: Stage, ctx: HookContext, state: object) -> None:
         await released.wait()  # never set: only the deadline ends this hook
-        event.ctx.response.resources.cpu_shares = 999
+        ctx.response.resources.cpu_shares = 999
 
-    server.service.bus.register_hook(ProxyContainerHook, "slow", slow)
+    server.service.handler = slow
     async with served(server) as stub:
         if policy == "Ignore":
             resp = await stub.PreCreateContainerHook(_container_req())

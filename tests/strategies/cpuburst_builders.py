@@ -25,6 +25,7 @@ from koordqos.state import NodeState
 from koordqos.strategies.cpuburst import CPUBurstStrategy
 from koordqos.strategies.framework import StrategyEnv
 from koordqos.testing.nodefs import SyntheticNode
+from koordqos.testing.strategyenv import strategy_env
 
 NOW = 1000.0
 LABEL_QOS = "koordinator.sh/qosClass"
@@ -174,12 +175,14 @@ def build_harness(
     store = MetricStore(600, 1.0, clock=lambda: now[0])
     decisions = DecisionLog(dry_run=dry_run)
     executor = CgroupExecutor(node.layout, decisions, clock=lambda: now[0])
-    services: dict[str, Any] = {
-        "cgroup_layout": node.layout,
-        "executor": executor,
-        "metric_store": store,
-        "topology": topology(cpus),
-    }
-    env = StrategyEnv(config or AgentConfig(), decisions, services, clock=lambda: now[0])
+    env = strategy_env(
+        node.layout,
+        decisions,
+        config=config or AgentConfig(),
+        executor=executor,
+        store=store,
+        topology=topology(cpus),
+        clock=lambda: now[0],
+    )
     strategy = CPUBurstStrategy(rand=lambda: 0.0)
     return Harness(node, strategy, env, store, decisions, executor, now)

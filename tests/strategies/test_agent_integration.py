@@ -62,7 +62,7 @@ class CounterDriver:
             self.node.add_cpu_usage(rel, int(cores * 1e9 * dt))
 
     def attach(self, agent: Agent) -> None:
-        collector = agent.ctx.services["collector"]
+        collector = agent.parts.collector
         collect = collector.collect
 
         async def collect_after_advance() -> Any:
@@ -80,7 +80,6 @@ async def running_agent(
     tmp_path: Path, server: FakeAPIServer, driver: CounterDriver | None = None, **overrides: Any
 ) -> AsyncIterator[Agent]:
     """The agent (cgroups, metrics, kube, strategies) against the synthetic node and the fake server."""
-    from koordqos import cgroups, kube, metrics, strategies
 
     kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
     tree: dict[str, Any] = {
@@ -102,12 +101,7 @@ async def running_agent(
     agent = Agent(
         build_config(tree),
         local_mode=False,
-        setups=[
-            ("cgroups", cgroups.setup),
-            ("metrics", metrics.setup),
-            ("kube", kube.setup),
-            ("strategies", strategies.setup),
-        ],
+        packages=("metrics", "kube", "strategies"),
     )
     agent.build()
     if driver is not None:
@@ -134,12 +128,12 @@ def quota(node: SyntheticNode) -> int:
 
 
 def rounds(agent: Agent) -> int:
-    return int(agent.ctx.services["collector"].rounds)
+    return int(agent.parts.collector.rounds)
 
 
 def record_quota_after_rounds(agent: Agent, node: SyntheticNode) -> list[int]:
     """Wrap the CPU-suppress strategy so the BE quota is recorded after each of its rounds."""
-    strategy = agent.ctx.services["qos_manager"].runners["CPUSuppress"].strategy
+    strategy = agent.parts.qos_manager.runners["CPUSuppress"].strategy
     run_once = strategy.run_once
     seen: list[int] = []
 
@@ -152,7 +146,7 @@ def record_quota_after_rounds(agent: Agent, node: SyntheticNode) -> list[int]:
 
 
 def suppress_plan(agent: Agent) -> Any:
-    return agent.ctx.services["qos_manager"].runners["CPUSuppress"].strategy.last_plan
+    return agent.parts.qos_manager.runners["CPUSuppress"].strategy.last_plan
 
 
 async def test_cpu_suppress_cfs_quota_follows_ls_usage(tmp_path: Path, server: FakeAPIServer) -> None:

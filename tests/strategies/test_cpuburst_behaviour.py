@@ -12,14 +12,8 @@ from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import AgentConfig
 from koordqos.model.qos import KubeQoS
 from koordqos.strategies import registry
-from koordqos.strategies.cpuburst import (
-    CPU_BURST_SKIPPED,
-    NAME,
-    CPUBurstStrategy,
-    NodeBurstState,
-    Operation,
-    quota_writes,
-)
+from koordqos.strategies.cpuburst import CPU_BURST_SKIPPED, NAME, CPUBurstStrategy
+from koordqos.strategies.cpuburst_plan import NodeBurstState, Operation, quota_writes
 
 from .cpuburst_builders import Harness, build_harness, ctr, make_pod, make_slo
 

@@ -8,14 +8,14 @@ it), so every round is one strategy tick; each round waits for the bus to drain 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from koordqos import cgroups, strategies
-from koordqos.agent import AgentContext
+from koordqos.agent import Services, build_services
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.config import AgentConfig
 from koordqos.decisions import DecisionLog
@@ -25,6 +25,7 @@ from koordqos.metrics.collector import MetricsCollector
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import read_topology
 from koordqos.model.pod import PodInfo
+from koordqos.strategies import build_qos_manager
 from koordqos.strategies.cpuburst import NAME, CPUBurstStrategy
 from koordqos.strategies.framework import QoSManager
 from koordqos.testing.nodefs import SyntheticNode
@@ -41,7 +42,7 @@ class Node:
     """The synthetic node with the agent's collector and QoS manager wired in-process."""
 
     fs: SyntheticNode
-    ctx: AgentContext
+    ctx: Services
     collector: MetricsCollector
     manager: QoSManager
     clock: list[float]
@@ -84,23 +85,34 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     def now() -> float:
         return clock[0]
 
-    ctx = AgentContext(config, EventBus(), DecisionLog(), local_mode=True)
-    cgroups.setup(ctx)
+    base = build_services(config, True, EventBus(), DecisionLog(), {})
     store = MetricStore(600, 1.0, clock=now)
     collector = MetricsCollector(
-        ctx.bus,
-        ctx.services["cgroup_layout"],
-        ctx.services["cgroup_reader"],
+        base.bus,
+        base.layout,
+        base.reader,
         store,
         proc_root=fs.proc_root,
         topology=read_topology(fs.sys_root),
         interval=1.0,
         clock=now,
     )
-    ctx.services.update(metric_store=store, collector=collector, topology=collector.topology)
     # the executor's write cache ages with the fake clock too
-    ctx.services["executor"] = CgroupExecutor(ctx.services["cgroup_layout"], ctx.decisions, clock=now)
-    (manager,) = strategies.setup(ctx)
+    executor = CgroupExecutor(base.layout, base.decisions, clock=now)
+    ctx = dataclasses.replace(base, metric_store=store, topology=collector.topology, executor=executor)
+    manager = build_qos_manager(
+        config=ctx.config,
+        bus=ctx.bus,
+        decisions=ctx.decisions,
+        status=ctx.status,
+        layout=ctx.layout,
+        reader=ctx.reader,
+        executor=ctx.executor,
+        host=ctx.host,
+        metric_store=ctx.metric_store,
+        topology=ctx.topology,
+        evictor=None,
+    )
     assert isinstance(manager, QoSManager)
     assert list(manager.runners) == [NAME]
     manager.env.clock = now

@@ -15,7 +15,6 @@ import pytest
 from koordqos.cgroups.executor import CgroupExecutor, Outcome
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion
-from koordqos.config import AgentConfig
 from koordqos.decisions import DecisionLog
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
@@ -24,6 +23,7 @@ from koordqos.model.qos import KubeQoS
 from koordqos.strategies.cpuburst import CPUBurstStrategy
 from koordqos.strategies.framework import StrategyEnv
 from koordqos.testing.scratchcg import REAL_ROOT, Scratch, unavailable_reason
+from koordqos.testing.strategyenv import strategy_env
 
 from .cpuburst_builders import NOW, ctr, make_pod, make_slo, make_state, topology
 
@@ -98,13 +98,14 @@ def real() -> Iterator[Real]:
     clock = [NOW]
     store = MetricStore(600, 1.0, clock=lambda: clock[0])
     decisions = DecisionLog()
-    services: dict[str, Any] = {
-        "cgroup_layout": layout,
-        "executor": CgroupExecutor(layout, decisions),
-        "metric_store": store,
-        "topology": topology(16),
-    }
-    env = StrategyEnv(AgentConfig(), decisions, services, clock=lambda: clock[0])
+    env = strategy_env(
+        layout,
+        decisions,
+        executor=CgroupExecutor(layout, decisions),
+        store=store,
+        topology=topology(16),
+        clock=lambda: clock[0],
+    )
     try:
         yield Real(scratch, env, store, decisions, CPUBurstStrategy(rand=lambda: 0.0), pod, pod_dir, clock)
     finally:

@@ -6,9 +6,8 @@ import pytest
 
 from koordqos.model.nodeslo import CPUBurstConfig, default_nodeslo
 from koordqos.model.pod import PodInfo
-from koordqos.strategies.cpuburst import (
-    BurstLimiter,
-    LimiterPool,
+from koordqos.strategies.cpuburst_limiter import BurstLimiter, LimiterPool
+from koordqos.strategies.cpuburst_plan import (
     NodeBurstState,
     Operation,
     decide_quota,
@@ -70,7 +69,7 @@ def test_1_node_state_through_the_store_windows(harness: Harness) -> None:
     assert got is NodeBurstState.IDLE
     assert pool is not None
     assert pool.usage == pytest.approx(3.0)
-    harness.env.services.pop("topology")
+    harness.env.topology = None
     assert harness.strategy.node_state(state, harness.env)[0] is NodeBurstState.UNKNOWN
 
 

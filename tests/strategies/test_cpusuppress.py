@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from koordqos.cgroups.executor import CgroupWrite
 from koordqos.model.node import NodeInfo
 from koordqos.model.pod import PodInfo
 from koordqos.model.qos import KubeQoS
@@ -23,7 +24,7 @@ from koordqos.strategies.cpusuppress import (
     be_suppress_milli,
     plan_cfs_quota,
 )
-from koordqos.strategies.intents import CFS_QUOTA, CPUSET_CPUS, BEDir, CgroupSet
+from koordqos.strategies.intents import CFS_QUOTA, CPUSET_CPUS, BEDir
 from koordqos.strategies.usage import calculate_filter_pods_used, non_be_host_app, non_be_pod
 
 from .conftest import make_node, make_pod
@@ -175,12 +176,12 @@ def inputs(
     )
 
 
-def values(writes: list[CgroupSet], resource: str) -> dict[str, str]:
+def values(writes: list[CgroupWrite], resource: str) -> dict[str, str]:
     """The final value per dir of `resource` after the writes in order."""
     out: dict[str, str] = {}
     for w in writes:
         if w.resource == resource:
-            out[w.dir] = w.value
+            out[w.parent] = str(w.value)
     return out
 
 
@@ -220,9 +221,9 @@ def test_case7_cpuset_policy() -> None:
     assert s.statuses == {Policy.CPUSET: Status.USING, Policy.CFS_QUOTA: Status.RECOVERED}
     # loosen top-down to old ∪ new first, then the exact set bottom-up
     first = [w for w in plan.writes if w.resource == CPUSET_CPUS]
-    assert first[0].dir == BE
+    assert first[0].parent == BE
     assert first[0].value == "0-9"
-    assert first[-1].dir == BE
+    assert first[-1].parent == BE
     assert first[-1].value == "0-1"
 
 
@@ -429,8 +430,8 @@ async def test_recovery_is_remembered_only_once_its_write_landed(tmp_path: Path)
     from koordqos.model.qos import KubeQoS
     from koordqos.state import NodeState, reduce
     from koordqos.strategies.cpusuppress import CPUSuppressStrategy
-    from koordqos.strategies.framework import StrategyEnv
     from koordqos.testing.nodefs import SyntheticNode
+    from koordqos.testing.strategyenv import strategy_env
 
     node = SyntheticNode(tmp_path, cpus=8)
     be_dir = node.layout.qos_dir(KubeQoS.BESTEFFORT)
@@ -443,10 +444,9 @@ async def test_recovery_is_remembered_only_once_its_write_landed(tmp_path: Path)
     )
     state = reduce(state, NodeSLOUpdated(slo))
     decisions = DecisionLog()
-    real = CgroupExecutor(node.layout, decisions, force_update_seconds=0)
     calls: list[list[str]] = []
 
-    class FailingOnce:
+    class FailingOnce(CgroupExecutor):
         """The real executor, except that the first quota write fails (a transient EBUSY, say)."""
 
         failed = False
@@ -459,19 +459,17 @@ async def test_recovery_is_remembered_only_once_its_write_landed(tmp_path: Path)
                     self.failed = True
                     out.append(WriteResult(w, Outcome.FAILED, error="Device or resource busy"))
                 else:
-                    out.append(await real.update(strategy, w, reason))
+                    out.append(await self.update(strategy, w, reason))
             return out
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
-
-    services = {
-        "executor": FailingOnce(),
-        "cgroup_layout": node.layout,
-        "metric_store": MetricStore(600, 1.0),
-        "topology": read_topology(node.sys_root),
-    }
-    env = StrategyEnv(build_config({}), decisions, services)
+    env = strategy_env(
+        node.layout,
+        decisions,
+        config=build_config({}),
+        executor=FailingOnce(node.layout, decisions, force_update_seconds=0),
+        store=MetricStore(600, 1.0),
+        topology=read_topology(node.sys_root),
+    )
     strategy = CPUSuppressStrategy()
     quota_writes = lambda: [c for c in calls if any(x.startswith("cpu.cfs_quota_us=") for x in c)]  # noqa: E731
     await strategy.run_once(state, env)

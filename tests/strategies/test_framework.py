@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from koordqos.agent import AgentContext
 from koordqos.config import AgentConfig, add_flags, build_config, load_config
 from koordqos.decisions import DecisionLog
 from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.state import NodeState
-from koordqos.strategies import setup
-from koordqos.strategies.framework import QoSManager, StrategyEnv
-from koordqos.strategies.intents import CFS_QUOTA, CgroupSet
-from koordqos.strategies.registry import ORDER, registered
+from koordqos.strategies.framework import QoSManager, QoSStrategy, StrategyEnv
+from koordqos.strategies.intents import CFS_QUOTA
+from koordqos.strategies.registry import ORDER, build_all, registered
+from koordqos.testing.strategyenv import strategy_env
 
 
 class Fake:
@@ -39,31 +40,40 @@ class Fake:
             raise RuntimeError("boom")
 
 
-def ctx(tree: dict[str, Any] | None = None) -> AgentContext:
+def ctx(base: Path, tree: dict[str, Any] | None = None) -> Any:
+    """What QoSManager is wired with: a bus and a StrategyEnv over a synthetic node."""
+    from koordqos.testing.nodefs import SyntheticNode
+
     cfg = build_config(tree or {})
-    return AgentContext(cfg, EventBus(), DecisionLog(dry_run=cfg.dry_run), local_mode=True)
+    decisions = DecisionLog(dry_run=cfg.dry_run)
+    env = strategy_env(SyntheticNode(base / "node", cpus=4).layout, decisions, config=cfg)
+    return SimpleNamespace(config=cfg, bus=EventBus(), decisions=decisions, env=env)
 
 
-def test_registry_order_and_default_enablement() -> None:
+def manager_of(c: Any, strategies: Sequence[QoSStrategy]) -> QoSManager:
+    return QoSManager(c.env, c.bus, strategies)
+
+
+def test_registry_order_and_default_enablement(tmp_path: Path) -> None:
     names = registered()
     assert names == [n for n in ORDER if n in names]
     assert {"CPUSuppress", "CPUEvict", "MemoryEvict"} <= set(names)
-    manager = setup(ctx())[0]
+    manager = manager_of(ctx(tmp_path), build_all())
     assert isinstance(manager, QoSManager)
     assert "CPUSuppress" in manager.runners  # BECPUSuppress is on by default
     assert {"CPUEvict", "MemoryEvict"} <= set(manager.disabled)  # eviction gates are off by default
 
 
-def test_zero_interval_disables_even_with_gate_on() -> None:
-    manager = setup(ctx({"qos": {"cpu_suppress_interval_seconds": 0}}))[0]
+def test_zero_interval_disables_even_with_gate_on(tmp_path: Path) -> None:
+    manager = manager_of(ctx(tmp_path, {"qos": {"cpu_suppress_interval_seconds": 0}}), build_all())
     assert isinstance(manager, QoSManager)
     assert "CPUSuppress" in manager.disabled
 
 
-async def test_failing_strategy_is_isolated_and_counted() -> None:
-    c = ctx()
+async def test_failing_strategy_is_isolated_and_counted(tmp_path: Path) -> None:
+    c = ctx(tmp_path)
     bad, good = Fake("Bad", fail=True), Fake("Good")
-    manager = QoSManager(c, [bad, good])
+    manager = manager_of(c, [bad, good])
     state = NodeState()
     for _ in range(3):
         for runner in manager.runners.values():
@@ -74,10 +84,10 @@ async def test_failing_strategy_is_isolated_and_counted() -> None:
     assert manager.runners["Good"].failures == 0
 
 
-async def test_interval_gates_rounds() -> None:
-    c = ctx({"metrics": {"collect_interval_seconds": 1.0}})
+async def test_interval_gates_rounds(tmp_path: Path) -> None:
+    c = ctx(tmp_path, {"metrics": {"collect_interval_seconds": 1.0}})
     slow = Fake("Slow", interval=5.0)
-    manager = QoSManager(c, [slow])
+    manager = manager_of(c, [slow])
     now = [100.0]
     manager.env.clock = lambda: now[0]
     runner = manager.runners["Slow"]
@@ -87,12 +97,12 @@ async def test_interval_gates_rounds() -> None:
     assert slow.rounds == 3  # at 100, 104.6 (5 s minus half a collect interval), 109.6
 
 
-async def test_subscriptions_run_rounds_on_ticks() -> None:
+async def test_subscriptions_run_rounds_on_ticks(tmp_path: Path) -> None:
     import asyncio
 
-    c = ctx()
+    c = ctx(tmp_path)
     fake = Fake("Fake")
-    manager = QoSManager(c, [fake])
+    manager = manager_of(c, [fake])
     manager.subscribe()
     bus_task = asyncio.create_task(c.bus.run())
     try:
@@ -104,17 +114,21 @@ async def test_subscriptions_run_rounds_on_ticks() -> None:
 
 
 async def test_dry_run_writes_nothing_and_records(tmp_path: Path) -> None:
-    from koordqos.cgroups import CgroupExecutor
+    from koordqos.cgroups import CgroupWrite, Level
     from koordqos.testing.nodefs import SyntheticNode
 
     node = SyntheticNode(tmp_path, cpus=4)
-    c = ctx({"dry_run": True})
-    c.services["executor"] = CgroupExecutor(node.layout, c.decisions)
-    env = StrategyEnv(c.config, c.decisions, c.services)
-    await env.apply(
-        "CPUSuppress",
-        [CgroupSet("kubepods/besteffort", CFS_QUOTA, "200000", False, "AdjustBEByNodeCPUUsage")],
+    c = ctx(tmp_path, {"dry_run": True})
+    env = strategy_env(node.layout, c.decisions, config=c.config)
+    write = CgroupWrite(
+        "kubepods/besteffort",
+        CFS_QUOTA,
+        "200000",
+        Level.QOS,
+        cacheable=False,
+        reason="AdjustBEByNodeCPUUsage",
     )
+    await env.apply("CPUSuppress", [write])
     assert node.read("kubepods/besteffort", "cpu", "cpu.cfs_quota_us") == "-1"
     [d] = c.decisions.recent(strategy="CPUSuppress")
     assert d.dry_run

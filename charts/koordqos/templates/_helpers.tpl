@@ -53,9 +53,13 @@ app.kubernetes.io/component: node-agent
 
 {{/* --feature-gates value: the map sorted by name, A=true,B=false. */}}
 {{- define "koordqos.featureGates" -}}
+{{- $values := deepCopy .Values.agent.featureGates -}}
+{{- if and (not .Values.report.nodeResourceTopology.enabled) (not (hasKey $values "NodeTopologyReport")) -}}
+{{- $_ := set $values "NodeTopologyReport" false -}}
+{{- end -}}
 {{- $gates := list -}}
-{{- range $name := keys .Values.agent.featureGates | sortAlpha -}}
-{{- $gates = append $gates (printf "%s=%t" $name (index $.Values.agent.featureGates $name)) -}}
+{{- range $name := keys $values | sortAlpha -}}
+{{- $gates = append $gates (printf "%s=%t" $name (index $values $name)) -}}
 {{- end -}}
 {{- join "," $gates -}}
 {{- end -}}

@@ -21,7 +21,7 @@ import errno
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -72,13 +72,19 @@ class Level(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class CgroupWrite:
-    """Intent: set logical `resource` (v1 name, e.g. "cpu.cfs_quota_us") of relative dir `parent`."""
+    """Intent: set logical `resource` (v1 name, e.g. "cpu.cfs_quota_us") of relative dir `parent`.
+
+    The one cgroup write intent of koordqos: hooks, the reconciler and QoS strategies all produce it.
+    `cacheable` writes may be skipped while the same value was written recently; `reason` (when set)
+    replaces the batch's reason in the decision log.
+    """
 
     parent: str
     resource: str
     value: int | str
     level: Level = Level.POD
     cacheable: bool = True
+    reason: str = ""
 
 
 class Outcome(enum.StrEnum):
@@ -244,6 +250,7 @@ class CgroupExecutor:
 
     async def _loosen(self, strategy: str, reason: str, w: CgroupWrite, res: Resource) -> WriteResult | None:
         """Pass-1 step for a mergeable intent: write the looser value; a result ends the intent early."""
+        reason = w.reason or reason
         if w.cacheable and self._cache_hit(w):
             return self._done(w, Outcome.CACHED)
         pre = self._precheck(strategy, reason, w)
@@ -258,7 +265,7 @@ class CgroupExecutor:
         if _same_logical(res, merged, w.value):
             # loosening *is* the exact value: write it now, top-down, and skip pass 2
             return await self._write(strategy, reason, w)
-        loosen = CgroupWrite(w.parent, w.resource, merged, w.level, cacheable=False)
+        loosen = replace(w, value=merged, cacheable=False)
         result = await self._write(strategy, reason, loosen, action="write-loosen")
         if not result.ok:
             return WriteResult(w, result.outcome, result.old, result.new, result.error)
@@ -299,6 +306,7 @@ class CgroupExecutor:
         )
 
     async def _write(self, strategy: str, reason: str, w: CgroupWrite, action: str = "write") -> WriteResult:
+        reason = w.reason or reason
         if w.cacheable and self._cache_hit(w):
             return self._done(w, Outcome.CACHED)
         pre = self._precheck(strategy, reason, w)

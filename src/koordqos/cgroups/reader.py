@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion, parse_cpuset
-from koordqos.errors import PathEscapeError
+from koordqos.errors import CgroupError, PathEscapeError
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +21,15 @@ class CpuStat:
     nr_periods: int
     nr_throttled: int
     throttled_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReadings:
+    """One cgroup's memory by three definitions (bytes); None where memory.stat was unreadable."""
+
+    working_set: int
+    anon: int | None
+    with_cache: int | None
 
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -227,6 +236,25 @@ class CgroupReader:
             inactive = stat_value(text, "inactive_file" if self._v2 else "total_inactive_file") or 0
         return max(0, usage - inactive)
 
+    def memory_readings(self, rel: str) -> MemoryReadings | None:
+        """Working set, anonymous memory and anonymous + file pages from one read of `memory.stat`
+        (koordlet's `MemoryStatRaw.Usage`: inactive_anon + active_anon + unevictable; v1 `total_` keys)."""
+        usage = self.memory_usage(rel)
+        if usage is None:
+            return None
+        text = self._read(rel, "memory", "memory.stat")
+        if text is None:
+            return MemoryReadings(usage, None, None)
+        p = "" if self._v2 else "total_"
+        inactive_file = stat_value(text, p + "inactive_file") or 0
+        anon = (
+            (stat_value(text, p + "inactive_anon") or 0)
+            + (stat_value(text, p + "active_anon") or 0)
+            + (stat_value(text, p + "unevictable") or 0)
+        )
+        cache = inactive_file + (stat_value(text, p + "active_file") or 0)
+        return MemoryReadings(max(0, usage - inactive_file), anon, anon + cache)
+
     def cpuset(self, rel: str) -> frozenset[int] | None:
         """The CPUs of `cpuset.cpus` (v2: `cpuset.cpus.effective` when `cpuset.cpus` is empty)."""
         text = self._read(rel, "cpuset", "cpuset.cpus")
@@ -259,3 +287,24 @@ class CgroupReader:
             return int(q), int(p)
         except ValueError:
             return None
+
+
+def read_procs(layout: CgroupLayout, rel: str) -> list[int] | None:
+    """The PIDs in `rel`'s cgroup.procs (cpu hierarchy); None when the dir is gone, refused or unreadable.
+
+    Blocking (a file read per dir): callers with many dirs run it in a worker thread.
+    """
+    try:
+        path = layout.subsystem_dir(rel, "cpu") / "cgroup.procs"
+        fd = os.open(path, _READ_FLAGS)
+    except (OSError, CgroupError):
+        return None
+    try:
+        chunks = []
+        while data := os.read(fd, 65536):
+            chunks.append(data)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return [int(x) for x in b"".join(chunks).split() if x.isdigit()]

@@ -1,41 +1,7 @@
-"""Events and the bus that carries them from sources to strategies, hooks and the reconciler."""
+"""Events (`events/types.py`) and the bus that carries them to strategies, hooks and the reconciler
+(`events/bus.py`).
 
-from koordqos.events.bus import EventBus, FailurePolicy, RequestResult
-from koordqos.events.types import (
-    Event,
-    MetricTick,
-    NodeSLOUpdated,
-    NodeUpdated,
-    NRIConnectionChanged,
-    PodDeleted,
-    PodsReplaced,
-    PodUpserted,
-    RequestEvent,
-    RuntimeContainerRemoved,
-    RuntimeContainerUpserted,
-    RuntimeSandboxRemoved,
-    RuntimeSandboxUpserted,
-    RuntimeSynchronized,
-    SourceSynced,
-)
-
-__all__ = [
-    "Event",
-    "EventBus",
-    "FailurePolicy",
-    "MetricTick",
-    "NRIConnectionChanged",
-    "NodeSLOUpdated",
-    "NodeUpdated",
-    "PodDeleted",
-    "PodUpserted",
-    "PodsReplaced",
-    "RequestEvent",
-    "RequestResult",
-    "RuntimeContainerRemoved",
-    "RuntimeContainerUpserted",
-    "RuntimeSandboxRemoved",
-    "RuntimeSandboxUpserted",
-    "RuntimeSynchronized",
-    "SourceSynced",
-]
+Import from the modules, not from this package: `state.py` imports `events/types.py`, and `events/bus.py`
+imports `state.py`, so this `__init__` must import neither (importing `koordqos.state` first would otherwise
+run into a half-initialised `koordqos.state`).
+"""

@@ -1,4 +1,4 @@
-"""EventBus: publish (per-subscriber queues, tick coalescing, no loss) and request (ordered hooks, deadline).
+"""EventBus: publish / subscribe with per-subscriber queues, tick coalescing and no loss of state events.
 
 Delivery contract:
 * `publish(event)` reduces the event into NodeState first, then hands `(event, state)` to every subscriber
@@ -7,36 +7,30 @@ Delivery contract:
   that subscriber's queue, moving to the tail, so per-subscriber order is kept and ticks never pile up.
   Other events are never dropped: when a queue holds `queue_size` of them, `publish` waits for room
   (`publish_nowait` exceeds the bound instead, and counts it).
-* `request(event, deadline)` runs the hooks registered for the event's type sequentially, in (order, name)
-  order, on the same event object (each hook reads what earlier ones wrote and adds its own fields). A hook
-  that raises is skipped under `Ignore` and fails the request under `Fail`; the whole run is bounded by
-  `deadline`, after which the request returns what the completed hooks contributed (`Ignore`) or fails
-  (`Fail`). The caller always gets an answer before the deadline.
+
+Runtime calls that need an answer (NRI, proxy) do not go through the bus: the hook core
+(`koordqos.hooks.core`) serves them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 import structlog
 
 from koordqos import observability as obs
-from koordqos.errors import HookError, TimeoutException
-from koordqos.events.types import Event, RequestEvent
+from koordqos.events.types import Event
 from koordqos.state import NodeState, reduce
 
 log = structlog.get_logger("koordqos.bus")
 
-FailurePolicy = Literal["Ignore", "Fail"]
 Handler = Callable[[Any, NodeState], Awaitable[None] | None]
 Reducer = Callable[[NodeState, Event], NodeState]
-R = TypeVar("R", bound=RequestEvent)
 
 
 @dataclass(eq=False)
@@ -76,25 +70,8 @@ class Subscription:
         return not self.queue and not self.busy
 
 
-@dataclass(frozen=True)
-class _Hook:
-    order: int
-    name: str
-    handler: Handler
-
-
-@dataclass
-class RequestResult:
-    """What a request produced: the event with the hooks' contributions, and what went wrong."""
-
-    event: Any
-    errors: dict[str, str] = field(default_factory=dict)
-    timed_out: bool = False
-    ran: list[str] = field(default_factory=list)
-
-
 class EventBus:
-    """Carries events from sources to subscribers and lifecycle requests to hooks."""
+    """Carries events from sources to subscribers."""
 
     def __init__(
         self,
@@ -107,7 +84,6 @@ class EventBus:
         self._queue_size = queue_size
         self._subs: list[Subscription] = []
         self._by_type: dict[type[Event], list[Subscription]] = {}
-        self._hooks: dict[type[RequestEvent], list[_Hook]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._running = False
 
@@ -225,70 +201,3 @@ class EventBus:
         async with asyncio.timeout(timeout):
             while not all(s.idle for s in self._subs):
                 await asyncio.sleep(0.001)
-
-    # -- requests ---------------------------------------------------------------------------------
-
-    def register_hook(self, etype: type[RequestEvent], name: str, handler: Handler, order: int = 0) -> None:
-        """Run `handler(event, state)` for requests of `etype`, ordered by (order, name)."""
-        hooks = self._hooks.setdefault(etype, [])
-        if any(h.name == name for h in hooks):
-            raise ValueError(f"hook {name!r} already registered for {etype.__name__}")
-        hooks.append(_Hook(order, name, handler))
-        hooks.sort(key=lambda h: (h.order, h.name))
-
-    def hooks_for(self, etype: type[RequestEvent]) -> list[str]:
-        """Names of the hooks for `etype`, in the order they run."""
-        return [h.name for h in self._hooks.get(etype, [])]
-
-    async def request(self, event: R, deadline: float, policy: FailurePolicy = "Ignore") -> RequestResult:
-        """Run the hooks for `event` within `deadline` s; under Fail raise HookError or TimeoutException."""
-        result = RequestResult(event)
-        hooks = self._hooks.get(type(event), ())
-        state = self._state
-        start = time.perf_counter()
-        current = ""
-        end = start + deadline
-        try:
-            async with asyncio.timeout(deadline):
-                for hook in hooks:
-                    current = hook.name
-                    try:
-                        out = hook.handler(event, state)
-                        if inspect.isawaitable(out):
-                            await out
-                        result.ran.append(hook.name)
-                    except (asyncio.CancelledError, TimeoutError):
-                        raise
-                    except Exception as exc:
-                        obs.HOOK_ERRORS.labels(hook.name, "error").inc()
-                        result.errors[hook.name] = f"{type(exc).__name__}: {exc}"
-                        log.warning(
-                            "hook failed",
-                            hook=hook.name,
-                            request=type(event).__name__,
-                            error=result.errors[hook.name],
-                            policy=policy,
-                        )
-                        if policy == "Fail":
-                            raise HookError(f"hook {hook.name} failed: {exc}") from exc
-                    if time.perf_counter() > end:
-                        # asyncio.timeout only fires at an await: a synchronous hook that ran past the
-                        # deadline is caught here, and no further hook runs
-                        raise TimeoutError
-        except TimeoutError:
-            result.timed_out = True
-            obs.HOOK_ERRORS.labels(current, "timeout").inc()
-            log.warning(
-                "hook overran the request deadline",
-                hook=current,
-                request=type(event).__name__,
-                deadline_ms=round(deadline * 1000, 1),
-                policy=policy,
-            )
-            if policy == "Fail":
-                raise TimeoutException(
-                    f"hook {current} overran the {deadline * 1000:.0f} ms deadline"
-                ) from None
-        finally:
-            obs.REQUEST_SECONDS.labels(type(event).__name__).observe(time.perf_counter() - start)
-        return result

@@ -147,12 +147,3 @@ class MetricTick(Event):
     coalesce: ClassVar[bool] = True
     at: float
     sample: Any = None
-
-
-class RequestEvent:
-    """Base of request events (`bus.request`): hooks read and fill `self` in a fixed order.
-
-    Subclasses carry the request fields and the response fields hooks contribute to.
-    """
-
-    __slots__ = ()

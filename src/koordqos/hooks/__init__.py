@@ -2,30 +2,25 @@
 normalization, oom score, core scheduling) applied when the runtime creates pods and containers, and kept
 true by the reconciler.
 
-`setup(ctx)` builds `RuntimeHooks` from the feature gates (service "runtime_hooks"), attaches the NRI
-conversion to the NRI request events, and returns the reconciler component (service "hooks_reconciler").
-The framework (contexts, registry, runner) is independent of NRI: `koordqos.nri.convert` holds the NRI
-specifics, and a proxy hook service can reuse `RuntimeHooks.run_stage` with its own conversion.
+The hook core (`core.py`: stages run under a deadline and the failure policy) is independent of any
+protocol: `koordqos.nri` and `koordqos.proxy` translate their messages into the contexts of `context.py` and
+back. A hook is one module registered in `registry.py`. `build_runtime_hooks` builds the enabled hooks from
+the config and the node's capabilities.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import structlog
-
-from koordqos.hooks.groupidentity import BvtSystem
-from koordqos.hooks.runtime import HookOptions, RuntimeHooks
+from koordqos.hooks.options import BvtSystem, HookOptions
+from koordqos.hooks.runtime import RuntimeHooks
 
 if TYPE_CHECKING:
-    from koordqos.agent import AgentContext, Component
     from koordqos.cgroups.layout import CgroupLayout
+    from koordqos.config import AgentConfig
 
-log = structlog.get_logger("koordqos.hooks")
-
-__all__ = ["HookOptions", "RuntimeHooks", "probe_bvt_system", "setup"]
+__all__ = ["HookOptions", "RuntimeHooks", "build_runtime_hooks", "probe_bvt_system"]
 
 
 def probe_bvt_system(layout: CgroupLayout, proc_root: Path) -> BvtSystem:
@@ -46,65 +41,17 @@ def probe_bvt_system(layout: CgroupLayout, proc_root: Path) -> BvtSystem:
     )
 
 
-def setup(ctx: AgentContext) -> list[Component]:
-    """Build the enabled hooks, register the NRI conversion and return the reconciler."""
-    from koordqos.cgroups.executor import CgroupExecutor
-    from koordqos.cgroups.layout import CgroupLayout
-    from koordqos.hooks.coresched import PrctlCookieOps
-    from koordqos.hooks.framework import parse_failure_policy
-    from koordqos.hooks.reconciler import HookReconciler
-
-    cfg = ctx.config
-    layout = ctx.services.get("cgroup_layout")
-    if not isinstance(layout, CgroupLayout):
-        layout = CgroupLayout.detect(
-            cfg.paths.cgroup_root, proc_root=cfg.paths.proc_root, sys_root=cfg.paths.sys_root
-        )
-        ctx.services["cgroup_layout"] = layout
-    executor = ctx.services.get("executor")
-    if not isinstance(executor, CgroupExecutor):
-        executor = CgroupExecutor(
-            layout,
-            ctx.decisions,
-            dry_run=cfg.dry_run or None,
-            force_update_seconds=cfg.executor.resource_force_update_seconds,
-        )
-        ctx.services["executor"] = executor
-    policy = parse_failure_policy(cfg.hooks.failure_policy)
+def build_runtime_hooks(config: AgentConfig, layout: CgroupLayout) -> RuntimeHooks:
+    """The hooks the feature gates enable, built for what this node's kernel offers."""
     core_ok, core_reason = (False, "gate off")
-    if cfg.gate("CoreSched"):
+    if config.gate("CoreSched"):
         core_ok, core_reason = layout.core_sched_supported()
-    hooks = RuntimeHooks(
+    return RuntimeHooks(
         HookOptions(
-            gates=cfg.feature_gates,
-            disable_unset_cpu_quota=cfg.hooks.disable_unset_cpu_quota,
-            bvt=probe_bvt_system(layout, Path(cfg.paths.proc_root)),
+            gates=config.feature_gates,
+            disable_unset_cpu_quota=config.hooks.disable_unset_cpu_quota,
+            bvt=probe_bvt_system(layout, Path(config.paths.proc_root)),
             core_sched_supported=core_ok,
             core_sched_reason=core_reason,
-            cookie_ops=PrctlCookieOps() if core_ok and os.name == "posix" else None,
         )
     )
-    ctx.services["runtime_hooks"] = hooks
-    if cfg.nri.enabled:
-        from koordqos.nri.convert import NRIHooks
-
-        NRIHooks(hooks, layout, executor, policy, decisions=ctx.decisions).register(ctx.bus)
-    reconciler = HookReconciler(
-        hooks,
-        layout,
-        executor,
-        ctx.decisions,
-        bus=ctx.bus,
-        interval=cfg.hooks.reconcile_interval_seconds,
-        proc_root=cfg.paths.proc_root,
-    )
-    ctx.services["hooks_reconciler"] = reconciler
-    ctx.status["runtime_hooks"] = {"enabled": hooks.names, "failure_policy": policy}
-    log.info(
-        "runtime hooks",
-        enabled=hooks.names,
-        policy=policy,
-        bvt=hooks.group_identity is not None and hooks.group_identity.system.supported,
-        core_sched=core_reason,
-    )
-    return [reconciler]

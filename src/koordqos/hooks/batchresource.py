@@ -10,13 +10,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from koordqos.hooks.context import ContainerContext, PodContext, Stage
-from koordqos.hooks.framework import HookFn
+from koordqos.hooks.framework import BE, HookFn, HookPlugin, HookSpec, Level, Reconciler
 from koordqos.hooks.resources import (
     MIN_QUOTA,
     ExtendedResources,
     milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
+from koordqos.hooks.rules import NodeRules, SLOView
 from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY
 from koordqos.model.qos import QoSClass
 
@@ -64,7 +65,7 @@ class BatchResourceRule:
         return True
 
 
-class BatchResource:
+class BatchResource(HookPlugin):
     """The hook plugin; `rule` is None until the first NodeSLO/Node update."""
 
     name = NAME
@@ -83,6 +84,23 @@ class BatchResource:
                 self.set_container_resources,
             ),
         }
+
+    def reconcilers(self) -> list[Reconciler]:
+        """BE pods: pod shares, quota and memory; container resources."""
+        return [
+            Reconciler(Level.POD, "cpu.shares", self.set_pod_cpu_shares, BE),
+            Reconciler(Level.POD, "cpu.cfs_quota_us", self.set_pod_cfs_quota, BE),
+            Reconciler(Level.POD, "memory.limit_in_bytes", self.set_pod_memory_limit, BE),
+            Reconciler(Level.CONTAINER, "batch", self.set_container_resources, BE),
+        ]
+
+    def update_slo(self, view: SLOView) -> bool:
+        """cfs quota off under BE cfsQuota suppress."""
+        return self.rule.update_cfs_quota(view.be_threshold_enable, view.cpu_suppress_policy)
+
+    def update_node(self, node: NodeRules) -> bool:
+        """The node's cpu-normalization ratio."""
+        return node.ratio is not None and self.rule.update_ratio(node.ratio)
 
     def _scale(self) -> tuple[bool, float]:
         return self.rule.cfs_quota_scale() if self.rule is not None else (True, -1.0)
@@ -179,3 +197,6 @@ class BatchResource:
         """The batch-memory limit, -1 without one."""
         mem = ext.limit(BATCH_MEMORY)
         return mem if mem > 0 else -1
+
+
+HOOK = HookSpec(NAME, GATE, lambda opts: BatchResource())

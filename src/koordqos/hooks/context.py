@@ -22,7 +22,7 @@ from koordqos.hooks.resources import (
     resources_from_container,
     resources_from_pod,
 )
-from koordqos.model.keys import LABEL_QOS
+from koordqos.model.keys import ANNOTATION_DOCKER_TYPE, LABEL_QOS
 from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.qos import KubeQoS, QoSClass
 
@@ -195,6 +195,24 @@ def pod_extended(pod: PodInfo) -> ExtendedResourceSpec | None:
     Raises ExtendedResourceSpecError when only a malformed annotation is there.
     """
     return extended_from_pod_spec(pod) or extended_from_annotation(pod.annotations)
+
+
+def extended_for(
+    uid: str, annotations: Mapping[str, str], known: Mapping[str, PodInfo]
+) -> ExtendedResourceSpec | None:
+    """Batch resources of a pod a runtime call names: from its spec when the API server knows the pod
+    (`known`: NodeState's pods), else from its extended-resource-spec annotation, so pods seen only
+    through the runtime go through the same hooks. Raises ExtendedResourceSpecError when malformed."""
+    pod = known.get(uid)
+    if pod is not None:
+        return pod_extended(pod)
+    return extended_from_annotation(annotations)
+
+
+def runtime_container_id(annotations: Mapping[str, str], raw_id: str, default_runtime: str) -> str:
+    """`<runtime>://<id>` for a container the runtime names by its bare id (docker when the pod says so)."""
+    runtime = "docker" if ANNOTATION_DOCKER_TYPE in annotations else default_runtime
+    return f"{runtime}://{raw_id}"
 
 
 def pod_context_from_pod(pod: PodInfo, cgroup_parent: str) -> PodContext:

@@ -1,23 +1,23 @@
 """CoreSched: Linux core-scheduling cookies per "core sched group", and cpu.idle per kube-QoS dir (§3.5).
 
-The rule and group computation are pure; cookie changes go through a `CookieOps` (prctl on the real
-kernel, a fake in tests). Where the kernel has no core scheduling the plugin reports that once and
-does nothing.
+The rule and group computation are pure: `container_plan` says which group a container's processes join;
+the reconciler turns that into `koordqos.host.CoreSchedCookie` intents, and the HostActuator (which owns
+the cookie caches and the prctl calls) carries them out. Where the kernel has no core scheduling the
+plugin reports that once and does nothing.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import structlog
 
 from koordqos.hooks.context import ContainerContext, KubeQoSContext, Stage, qos_from_labels
-from koordqos.hooks.framework import HookFn
+from koordqos.hooks.framework import HookFn, HookPlugin, HookSpec, Level, Reconciler
+from koordqos.hooks.options import HookOptions
 from koordqos.hooks.rules import ClassCPUQOS, SLOView
 from koordqos.model.qos import KubeQoS, QoSClass
 
@@ -117,208 +117,29 @@ def probe_sysfs(proc_root: Path, sys_root: Path) -> tuple[bool, str]:
     return False, "not supported neither by sysctl nor by sched_features"
 
 
-# -- cookies --------------------------------------------------------------------------------------
-
-
-class CookieOps(Protocol):
-    """Core-scheduling cookie operations on thread groups."""
-
-    def get(self, pid: int) -> int:
-        """The cookie of `pid` (0 = none); OSError on failure."""
-        ...
-
-    def create(self, pid: int) -> int:
-        """Give `pid`'s thread group a new cookie and return it; OSError on failure."""
-        ...
-
-    def assign(self, from_pid: int, pids: Sequence[int]) -> list[int]:
-        """Copy `from_pid`'s cookie to `pids`; return the pids that failed."""
-        ...
-
-    def clear(self, pids: Sequence[int]) -> list[int]:
-        """Reset the cookie of `pids` to 0; return the pids that failed."""
-        ...
-
-
-PR_SCHED_CORE = 62
-PR_SCHED_CORE_GET = 0
-PR_SCHED_CORE_CREATE = 1
-PR_SCHED_CORE_SHARE_TO = 2
-PR_SCHED_CORE_SHARE_FROM = 3
-PIDTYPE_PID = 0
-PIDTYPE_TGID = 1
-
-
-class PrctlCookieOps:
-    """CookieOps through prctl(PR_SCHED_CORE). Sharing goes through the calling thread's cookie."""
-
-    def __init__(self) -> None:
-        self._libc = ctypes.CDLL(None, use_errno=True)
-
-    def _prctl(self, op: int, pid: int, scope: int, arg: int = 0) -> None:
-        if self._libc.prctl(PR_SCHED_CORE, op, pid, scope, ctypes.c_void_p(arg) if arg else 0) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-
-    def get(self, pid: int) -> int:
-        """The cookie of `pid`."""
-        cookie = ctypes.c_ulonglong(0)
-        if self._libc.prctl(PR_SCHED_CORE, PR_SCHED_CORE_GET, pid, PIDTYPE_PID, ctypes.byref(cookie)) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-        return int(cookie.value)
-
-    def create(self, pid: int) -> int:
-        """New cookie on the thread group of `pid`."""
-        self._prctl(PR_SCHED_CORE_CREATE, pid, PIDTYPE_TGID)
-        return self.get(pid)
-
-    def assign(self, from_pid: int, pids: Sequence[int]) -> list[int]:
-        """Pull the cookie into this thread, push it to each target, then drop it again."""
-        self._prctl(PR_SCHED_CORE_SHARE_FROM, from_pid, PIDTYPE_PID)
-        failed = []
-        try:
-            for pid in pids:
-                try:
-                    self._prctl(PR_SCHED_CORE_SHARE_TO, pid, PIDTYPE_TGID)
-                except OSError:
-                    failed.append(pid)
-        finally:
-            self._reset_self()
-        return failed
-
-    def clear(self, pids: Sequence[int]) -> list[int]:
-        """Push this thread's (empty) cookie to each target."""
-        self._reset_self()
-        failed = []
-        for pid in pids:
-            try:
-                self._prctl(PR_SCHED_CORE_SHARE_TO, pid, PIDTYPE_TGID)
-            except OSError:
-                failed.append(pid)
-        return failed
-
-    def _reset_self(self) -> None:
-        # init never carries a cookie; copying it back leaves this thread without one
-        self._prctl(PR_SCHED_CORE_SHARE_FROM, 1, PIDTYPE_PID)
-
-
-@dataclass
-class CookieEntry:
-    """A group's cookie and the PIDs known to carry it."""
-
-    cookie: int
-    pids: set[int] = field(default_factory=set)
-
-
-class CookieManager:
-    """Cookie and group caches; `enable` / `disable` one container's PIDs."""
-
-    def __init__(self, ops: CookieOps) -> None:
-        self.ops = ops
-        self.cookies: dict[str, CookieEntry] = {}
-        self.groups: dict[str, str] = {}  # "<pod uid>/<container id>" → group
-
-    def enable(self, pod_uid: str, container_id: str, group: str, pids: Sequence[int]) -> None:
-        """Make every PID of the container carry the group's cookie."""
-        if not pids:
-            return
-        key = f"{pod_uid}/{container_id}"
-        entry = self.cookies.get(group)
-        if entry is not None and entry.cookie:
-            if set(pids) <= entry.pids:
-                self.groups[key] = group
-                return
-            if self._assign(entry, pids):
-                self.groups[key] = group
-                return
-        self._add(group, pids)
-        self.groups[key] = group
-
-    def _assign(self, entry: CookieEntry, pids: Sequence[int]) -> bool:
-        sibling = None
-        for pid in sorted(entry.pids):
-            try:
-                if self.ops.get(pid) == entry.cookie:
-                    sibling = pid
-                    break
-            except OSError:
-                continue
-        if sibling is None:
-            return False
-        todo = []
-        for pid in pids:
-            try:
-                if self.ops.get(pid) != entry.cookie:
-                    todo.append(pid)
-                else:
-                    entry.pids.add(pid)
-            except OSError:
-                continue
-        failed = set(self.ops.assign(sibling, todo)) if todo else set()
-        entry.pids.update(p for p in todo if p not in failed)
-        return True
-
-    def _add(self, group: str, pids: Sequence[int]) -> None:
-        try:
-            cookie = self.ops.create(pids[0])
-        except OSError as exc:
-            log.warning("core sched cookie create failed", group=group, pid=pids[0], error=str(exc))
-            return
-        failed = set(self.ops.assign(pids[0], list(pids[1:]))) if len(pids) > 1 else set()
-        self.cookies[group] = CookieEntry(cookie, {pids[0], *(p for p in pids[1:] if p not in failed)})
-
-    def prune(self, live_containers: Collection[str], proc_root: Path) -> None:
-        """Forget containers not seen any more, PIDs no longer under `proc_root`, and emptied cookies.
-
-        A dead PID left in a group could be reused by a new process, which `enable` would then take as
-        already carrying the cookie; an unpruned cache also grows with every container ever seen.
-        """
-        live = set(live_containers)
-        for key in [k for k in self.groups if k not in live]:
-            del self.groups[key]
-        for entry in self.cookies.values():
-            entry.pids = {pid for pid in entry.pids if (proc_root / str(pid)).exists()}
-        # a cookie with no live carrier cannot be shared again (assign needs a sibling); the next
-        # enable of the group creates a fresh one
-        for group in [g for g, e in self.cookies.items() if not e.pids]:
-            del self.cookies[group]
-
-    def disable(self, pod_uid: str, container_id: str, pids: Sequence[int]) -> None:
-        """Clear the cookie of the container's PIDs (only if it had a group)."""
-        key = f"{pod_uid}/{container_id}"
-        group = self.groups.pop(key, None)
-        if group is None:
-            return
-        todo = []
-        for pid in pids:
-            try:
-                if self.ops.get(pid) != 0:
-                    todo.append(pid)
-            except OSError:
-                continue
-        failed = set(self.ops.clear(todo)) if todo else set()
-        entry = self.cookies.get(group)
-        if entry is not None:
-            entry.pids.difference_update(p for p in todo if p not in failed)
-
-
-class CoreSched:
+class CoreSched(HookPlugin):
     """The hook plugin (reconciler only: no stage hooks)."""
 
     name = NAME
     gate = GATE
 
-    def __init__(self, supported: bool, reason: str, ops: CookieOps | None = None) -> None:
+    def __init__(self, supported: bool, reason: str) -> None:
         self.supported = supported
         self.reason = reason
         self.rule = CoreSchedRule()
-        self.cookies = CookieManager(ops) if ops is not None else None
         self._reported = False
 
     def stage_hooks(self) -> dict[Stage, tuple[str, HookFn]]:
         """No stage hooks."""
         return {}
+
+    def reconcilers(self) -> list[Reconciler]:
+        """cpu.idle of the kube-QoS dirs (the cookies are the reconciler's own step)."""
+        return [Reconciler(Level.KUBE_QOS, "cpu.idle", self.set_kube_qos_cpu_idle)]
+
+    def update_slo(self, view: SLOView) -> bool:
+        """The core-sched rule from the NodeSLO."""
+        return self.update_rule(view)
 
     def update_rule(self, view: SLOView) -> bool:
         """Parse the rule; True when it changed."""
@@ -358,3 +179,10 @@ def _is_container_dir(name: str) -> bool:
     if name.endswith(".scope"):
         return any(name.startswith(p) for p in ("docker-", "cri-containerd-", "crio-", "pouch-"))
     return len(name) >= 12 and all(c in "0123456789abcdef" for c in name)
+
+
+def _build(opts: HookOptions) -> CoreSched:
+    return CoreSched(opts.core_sched_supported, opts.core_sched_reason)
+
+
+HOOK = HookSpec(NAME, GATE, _build)

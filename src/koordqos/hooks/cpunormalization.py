@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from koordqos.hooks.batchresource import scale_quota
 from koordqos.hooks.context import ContainerContext, PodContext, Stage, qos_from_labels
 from koordqos.hooks.cpusetutil import has_pinned_cpuset
-from koordqos.hooks.framework import HookFn
+from koordqos.hooks.framework import SHARE, HookFn, HookPlugin, HookSpec, Level, Reconciler
 from koordqos.hooks.resources import Resources
+from koordqos.hooks.rules import NodeRules
 from koordqos.model.qos import QoSClass
 
 NAME = "CPUNormalization"
@@ -25,7 +26,7 @@ def is_pod_cpu_share(labels: Mapping[str, str] | None, annotations: Mapping[str,
     return qos in (QoSClass.LS, QoSClass.NONE)
 
 
-class CPUNormalization:
+class CPUNormalization(HookPlugin):
     """The hook plugin; the rule is (enabled, ratio) from the node annotation."""
 
     name = NAME
@@ -45,6 +46,17 @@ class CPUNormalization:
                 self.adjust_container_cfs_quota,
             ),
         }
+
+    def reconcilers(self) -> list[Reconciler]:
+        """CPU-share pods: pod and container quota."""
+        return [
+            Reconciler(Level.POD, "cpu.cfs_quota_us", self.adjust_pod_cfs_quota, SHARE),
+            Reconciler(Level.CONTAINER, "cpu.cfs_quota_us", self.adjust_container_cfs_quota, SHARE),
+        ]
+
+    def update_node(self, node: NodeRules) -> bool:
+        """The node's cpu-normalization ratio."""
+        return node.ratio is not None and self.update_rule(node.ratio)
 
     def update_rule(self, ratio: float) -> bool:
         """New ratio (-1 = disabled); True when enable flips or the ratio moves by ≥ 0.01."""
@@ -81,3 +93,6 @@ class CPUNormalization:
             raise ValueError("nil container context")
         r = ctx.request
         self._adjust(r.resources, r.pod_labels, r.pod_annotations, ctx.response.resources)
+
+
+HOOK = HookSpec(NAME, GATE, lambda opts: CPUNormalization())

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 
 from koordqos.hooks.context import ContainerContext, HostAppContext, PodContext, Stage
 from koordqos.hooks.cpusetutil import parse_resource_status
-from koordqos.hooks.framework import HookFn
-from koordqos.hooks.rules import CPUSharePool, TopologyView
+from koordqos.hooks.framework import PINNED, UNPINNED, HookFn, HookPlugin, HookSpec, Level, Reconciler
+from koordqos.hooks.options import HookOptions
+from koordqos.hooks.rules import CPUSharePool, NodeRules, TopologyView
 from koordqos.model.qos import KubeQoS, QoSClass
 
 NAME = "CPUSetAllocator"
@@ -19,7 +20,7 @@ def _join(pools: tuple[CPUSharePool, ...]) -> str:
     return ",".join(p.cpuset for p in pools)
 
 
-class CPUSetAllocator:
+class CPUSetAllocator(HookPlugin):
     """The hook plugin; `rule` is None until the first topology update."""
 
     name = NAME
@@ -29,6 +30,9 @@ class CPUSetAllocator:
         self.rule: TopologyView | None = None
         self.disable_unset_cpu_quota = disable_unset_cpu_quota
         self.be_cpu_manager = be_cpu_manager
+        # True once the agent's own NodeResourceTopology computation feeds the rule (koordlet reads the NRT's
+        # annotations); from then on the Node's annotations no longer replace it
+        self.from_topology = False
 
     def stage_hooks(self) -> dict[Stage, tuple[str, HookFn]]:
         """Stage → (description, fn)."""
@@ -43,6 +47,28 @@ class CPUSetAllocator:
                 self.set_cpuset_and_unset_cfs,
             ),
         }
+
+    def reconcilers(self) -> list[Reconciler]:
+        """Pinned pods: quota unset; container and sandbox cpusets; host application cpusets."""
+        out = [Reconciler(Level.POD, "cpu.cfs_quota_us", self.unset_pod_cpu_quota, PINNED)]
+        for level in (Level.CONTAINER, Level.SANDBOX):
+            out.append(Reconciler(level, "cpuset.cpus", self.set_cpuset_and_unset_cfs, PINNED))
+            out.append(Reconciler(level, "cpuset.cpus", self.set_container_cpuset, UNPINNED))
+        out.append(Reconciler(Level.HOST_APP, "cpuset.cpus", self.set_host_app_cpuset))
+        return out
+
+    def update_node(self, node: NodeRules) -> bool:
+        """Before the topology computation runs: share pools, kubelet policy and SYSTEM cpuset from the Node's
+        annotations (where an operator may have put them); afterwards the computation is the source."""
+        if self.from_topology:
+            return False
+        return self.update_rule(node.topology())
+
+    def update_topology(self, view: TopologyView) -> bool:
+        """The rule from the agent's NodeResourceTopology annotations (share pools of the same computation
+        the NRT reports); True when it changed."""
+        self.from_topology = True
+        return self.update_rule(view)
 
     def update_rule(self, view: TopologyView) -> bool:
         """Take new topology inputs; True when they differ from the current rule."""
@@ -128,3 +154,10 @@ class CPUSetAllocator:
         cpuset = self.host_app_cpuset(ctx.request.qos)
         if cpuset is not None:
             ctx.response.resources.cpuset = cpuset
+
+
+def _build(opts: HookOptions) -> CPUSetAllocator:
+    return CPUSetAllocator(opts.disable_unset_cpu_quota, opts.gate("BECPUManager"))
+
+
+HOOK = HookSpec(NAME, GATE, _build)

@@ -1,52 +1,92 @@
-"""Hook registry and runner: hooks by stage, sorted by name, run sequentially under a failure policy.
+"""What a hook plugin declares, and the stage table the core runs.
+
+A hook is one module: its plugin class (a `HookPlugin`) says which function runs at which stage
+(`stage_hooks`), which reconcile functions keep its settings true at which level and for which pod QoS
+(`reconcilers`), and how NodeSLO / Node changes update its rule (`update_slo`, `update_node`); the module
+ends with `HOOK = HookSpec(name, gate, build)`. `hooks/registry.py` lists the modules, one line each.
 
 koordlet semantics (runtime-hooks.md §1.3): a stage's hooks run in name order (code-point order, so
 upper-case names first) on one shared context, so on a shared response field the last writer wins.
-Under `Fail` the first error stops the stage; under `Ignore` errors are logged and counted and the run
-continues. Independent of NRI: the proxy hook service and the reconciler use the same runner.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+import enum
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, TypeVar
 
-import structlog
-from prometheus_client import Counter, Histogram
+from koordqos.hooks.context import STAGES, Stage
+from koordqos.hooks.options import HookOptions
+from koordqos.hooks.rules import NodeRules, SLOView
 
-from koordqos import observability as obs
-from koordqos.errors import ConfigError, HookError
-from koordqos.hooks.context import STAGES, ContainerContext, HookContext, PodContext, Stage
-
-log = structlog.get_logger("koordqos.hooks")
-
-FailurePolicy = Literal["Ignore", "Fail"]
 HookFn = Callable[[Any], None]
 
-HOOK_SECONDS = Histogram(
-    "koordqos_runtime_hook_seconds",
-    "Duration of one runtime hook at one stage",
-    ["hook", "stage"],
-    buckets=(0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.001, 0.01),
-    registry=obs.REGISTRY,
-)
-HOOK_FAILURES = Counter(
-    "koordqos_runtime_hook_failures_total",
-    "Runtime hooks that raised, by hook and stage",
-    ["hook", "stage"],
-    registry=obs.REGISTRY,
-)
+
+class Level(enum.StrEnum):
+    """Where a reconcile function runs (runtime-hooks.md §1.6, §1.7)."""
+
+    POD = "pod"
+    CONTAINER = "container"
+    SANDBOX = "sandbox"
+    KUBE_QOS = "kubeqos"
+    HOST_APP = "hostapp"
 
 
-def parse_failure_policy(text: str) -> FailurePolicy:
-    """koordlet GetFailurePolicyType: exactly `Fail` or `Ignore`."""
-    if text == "Fail":
-        return "Fail"
-    if text == "Ignore":
-        return "Ignore"
-    raise ConfigError(f"runtime hooks failure policy {text!r}: expected Fail or Ignore")
+# pod-QoS conditions of koordlet's reconcilers (PodQOSFilter values; "" is a pod without the label)
+BE = frozenset({"BE"})
+PINNED = frozenset({"LSE", "LSR"})
+SHARE = frozenset({"LS", ""})
+UNPINNED = frozenset({"LS", "BE", "SYSTEM", ""})
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciler:
+    """One reconcile function at one level, with the pod-QoS conditions it runs under (None: every pod)."""
+
+    level: Level
+    resource: str
+    fn: HookFn
+    conditions: frozenset[str] | None = None
+    plugin: str = ""
+
+    def applies(self, condition: str) -> bool:
+        """Whether this reconciler runs for a pod with `condition`."""
+        return self.conditions is None or condition in self.conditions
+
+
+class HookPlugin:
+    """Base of the hook plugins: by default no stage hooks, no reconcilers and no rule."""
+
+    name: str = ""
+
+    def stage_hooks(self) -> Mapping[Stage, tuple[str, HookFn]]:
+        """Stage → (description, fn)."""
+        return {}
+
+    def reconcilers(self) -> Sequence[Reconciler]:
+        """The reconcile functions, in the order they run at each level."""
+        return ()
+
+    def update_slo(self, view: SLOView) -> bool:
+        """A new NodeSLO is in force; True when the plugin's rule changed."""
+        return False
+
+    def update_node(self, node: NodeRules) -> bool:
+        """The Node changed; True when the plugin's rule changed (RuleError: the rule is kept)."""
+        return False
+
+
+P_co = TypeVar("P_co", bound=HookPlugin, covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class HookSpec(Generic[P_co]):
+    """A hook module's declaration: its name, its feature gate and how to build its plugin."""
+
+    name: str
+    gate: str
+    build: Callable[[HookOptions], P_co]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,60 +119,3 @@ class HookRegistry:
     def stages(self, disabled: frozenset[Stage] = frozenset()) -> list[Stage]:
         """Stages with at least one hook, not disabled, in the fixed stage order (deterministic)."""
         return [s for s in STAGES if self._by_stage[s] and s not in disabled]
-
-
-@dataclass
-class StageResult:
-    """What one stage run did."""
-
-    ran: list[str] = field(default_factory=list)
-    errors: dict[str, str] = field(default_factory=dict)
-
-
-def target_of(ctx: HookContext) -> str:
-    """Human-readable target of a context, for logs and decisions."""
-    if isinstance(ctx, ContainerContext):
-        r = ctx.request
-        what = "sandbox" if r.sandbox else r.container_name
-        return f"{r.pod_namespace}/{r.pod_name}/{what}"
-    assert isinstance(ctx, PodContext)
-    return f"{ctx.request.namespace}/{ctx.request.name}"
-
-
-_TIMERS: dict[tuple[str, Stage], Any] = {}
-
-
-def _timer(name: str, stage: Stage) -> Any:
-    # labelled children resolved once: `labels()` costs more than the observation itself
-    t = _TIMERS.get((name, stage))
-    if t is None:
-        t = _TIMERS[(name, stage)] = HOOK_SECONDS.labels(name, stage.value)
-    return t
-
-
-def run_hooks(registry: HookRegistry, policy: FailurePolicy, stage: Stage, ctx: HookContext) -> StageResult:
-    """Run the stage's hooks on `ctx` in name order; under Fail raise HookError on the first error."""
-    result = StageResult()
-    for hook in registry.hooks(stage):
-        timer = _timer(hook.name, stage)
-        start = time.perf_counter()
-        try:
-            hook.fn(ctx)
-            result.ran.append(hook.name)
-        except Exception as exc:
-            HOOK_FAILURES.labels(hook.name, stage.value).inc()
-            msg = f"{type(exc).__name__}: {exc}"
-            result.errors[hook.name] = msg
-            log.warning(
-                "runtime hook failed",
-                hook=hook.name,
-                stage=stage.value,
-                target=target_of(ctx),
-                error=msg,
-                policy=policy,
-            )
-            if policy == "Fail":
-                raise HookError(f"hook {hook.name} failed at {stage}: {exc}") from exc
-        finally:
-            timer.observe(time.perf_counter() - start)
-    return result

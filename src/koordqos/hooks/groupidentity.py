@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from koordqos.hooks.context import HostAppContext, KubeQoSContext, PodContext, Stage
-from koordqos.hooks.framework import HookFn
+from koordqos.hooks.framework import HookFn, HookPlugin, HookSpec, Level, Reconciler
+from koordqos.hooks.options import BvtSystem
 from koordqos.hooks.resources import Resources
 from koordqos.hooks.rules import SLOView
 from koordqos.model.qos import KubeQoS, QoSClass
@@ -65,26 +66,7 @@ def parse_bvt_rule(view: SLOView) -> BvtRule:
     )
 
 
-@dataclass(frozen=True)
-class BvtSystem:
-    """What the kernel offers (probed once by the caller).
-
-    `sysctl_enabled` is None when `/proc/sys/kernel/sched_group_identity_enabled` is absent, and
-    `sysctl_error` is set when the file exists but could not be read.
-    """
-
-    bvt_file: bool = False
-    idle_file: bool = False
-    sysctl_enabled: bool | None = None
-    sysctl_error: str = ""
-
-    @property
-    def supported(self) -> bool:
-        """Group identity can be applied: bvt file, sysctl, or the cpu.idle fallback."""
-        return self.bvt_file or self.sysctl_enabled is not None or bool(self.sysctl_error) or self.idle_file
-
-
-class GroupIdentity:
+class GroupIdentity(HookPlugin):
     """The hook plugin."""
 
     name = NAME
@@ -97,6 +79,18 @@ class GroupIdentity:
     def stage_hooks(self) -> dict[Stage, tuple[str, HookFn]]:
         """Stage → (description, fn)."""
         return {Stage.PRE_RUN_POD_SANDBOX: ("set pod bvt value", self.set_pod_bvt_value)}
+
+    def reconcilers(self) -> list[Reconciler]:
+        """Pod, kube-QoS dir and host application bvt."""
+        return [
+            Reconciler(Level.POD, "cpu.bvt_warp_ns", self.set_pod_bvt_value),
+            Reconciler(Level.KUBE_QOS, "cpu.bvt_warp_ns", self.set_kube_qos_bvt_value),
+            Reconciler(Level.HOST_APP, "cpu.bvt_warp_ns", self.set_host_app_bvt_value),
+        ]
+
+    def update_slo(self, view: SLOView) -> bool:
+        """The bvt rule from the NodeSLO."""
+        return self.update_rule(view)
 
     def update_rule(self, view: SLOView) -> bool:
         """Parse the rule; True when it differs from the previous one."""
@@ -175,3 +169,6 @@ def parse_cpu_qos_annotation(raw: str) -> tuple[bool, int | None]:
     if gi is not None and (not isinstance(gi, int) or isinstance(gi, bool) or not -1 <= gi <= 2):
         raise ValueError(f"{ANNOTATION_CPU_QOS}: groupIdentity must be in [-1, 2], got {gi!r}")
     return bool(doc.get("enable")), gi
+
+
+HOOK = HookSpec(NAME, GATE, lambda opts: GroupIdentity(opts.bvt))

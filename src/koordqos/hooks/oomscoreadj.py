@@ -15,7 +15,7 @@ from prometheus_client import Counter
 
 from koordqos import observability as obs
 from koordqos.hooks.context import ContainerContext, ContainerRequest, Stage
-from koordqos.hooks.framework import HookFn
+from koordqos.hooks.framework import HookFn, HookPlugin, HookSpec
 from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.hooks.oomscoreadj")
@@ -67,7 +67,7 @@ def in_range(value: int) -> bool:
     return MIN_OOM_SCORE_ADJ <= value <= MAX_OOM_SCORE_ADJ
 
 
-class OOMScoreAdj:
+class OOMScoreAdj(HookPlugin):
     """The hook plugin (no rule)."""
 
     name = NAME
@@ -132,3 +132,6 @@ class OOMScoreAdj:
         value = self.target(ctx)
         if value is not None:
             ctx.response.oom_score_adj = value
+
+
+HOOK = HookSpec(NAME, GATE, lambda opts: OOMScoreAdj())

@@ -158,3 +158,16 @@ def topology_view(annotations: Mapping[str, str]) -> TopologyView:
             except ValueError as exc:
                 raise RuleError(f"{ANNOTATION_SYSTEM_QOS_RESOURCE}: {exc}") from None
     return TopologyView(shared, be_shared, policy, system, dict(annotations))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRules:
+    """What a Node change offers the hooks' rules: the cpu-normalization ratio (None when its annotation
+    is invalid: those rules keep their value) and the annotations the topology view is parsed from."""
+
+    ratio: float | None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    def topology(self) -> TopologyView:
+        """The CPUSetAllocator inputs (RuleError on bad JSON)."""
+        return topology_view(self.annotations)

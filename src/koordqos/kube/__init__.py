@@ -1,11 +1,7 @@
 """Kubernetes integration: reflector, evictor, events, and the local (no-cluster) sources.
 
-setup(ctx) puts on ctx.services:
-* "evictor": `Evictor` (`await evict(pod, reason, message, strategy) -> bool`, `is_evicted(pod)`);
-* cluster mode only: "kube_client" (`KubeConnection`, `await get()` → KubeClient), "event_recorder"
-  (`EventRecorder`), "nodeslo_source" (`NodeSLOSource`);
-* local mode: "local_sources" (`LocalSources`).
-Components: cluster mode → reflectors `kube-pods`, `kube-node`, `kube-nodeslo`; local → `local-sources`.
+Builders for the composer (`agent.py`): `KubeConnection` (one lazily loaded client), `cluster_sources` (the
+`kube-pods`, `kube-node` and `kube-nodeslo` reflectors); local mode uses `koordqos.kube.local.LocalSources`.
 """
 
 from __future__ import annotations
@@ -17,7 +13,11 @@ from typing import TYPE_CHECKING
 from koordqos.kube.client import KubeClient, load_client_config
 
 if TYPE_CHECKING:
-    from koordqos.agent import AgentContext, Component
+    from koordqos.config import AgentConfig
+    from koordqos.events.bus import EventBus
+    from koordqos.kube.events import EventRecorder
+    from koordqos.kube.reflector import Reflector
+    from koordqos.kube.sources import NodeSLOSource
 
 
 class KubeConnection:
@@ -50,11 +50,10 @@ class KubeConnection:
             await self._client.close()
 
 
-def setup(ctx: AgentContext) -> list[Component]:
-    """Cluster mode: watches + API evictor; local mode: procfs node, NodeSLO file or defaults, NRI pods."""
-    from koordqos.kube.events import EventRecorder
-    from koordqos.kube.evictor import Evictor
-    from koordqos.kube.local import LocalSources
+def cluster_sources(
+    bus: EventBus, conn: KubeConnection, recorder: EventRecorder, config: AgentConfig
+) -> tuple[list[Reflector], NodeSLOSource]:
+    """The reflectors of the node's pods, Node and NodeSLO (field selectors on the node name)."""
     from koordqos.kube.reflector import Reflector, ReflectorSettings
     from koordqos.kube.sources import (
         NODES_PATH,
@@ -65,37 +64,16 @@ def setup(ctx: AgentContext) -> list[Component]:
         PodSource,
     )
 
-    cfg = ctx.config
-    if ctx.local_mode:
-        local = LocalSources(ctx)
-        ctx.services["local_sources"] = local
-        ctx.services["evictor"] = Evictor(
-            ctx.decisions, None, None, cfg.kube.eviction_qps, dry_run=cfg.dry_run
-        )
-        return [local]
-
-    # kubernetes-asyncio's loaders take ~0.4 s to import: do it now, at build time, not as one long step on
-    # the running loop when the first reflector connects
-    import kubernetes_asyncio.config  # noqa: F401
-
-    conn = KubeConnection(cfg.kube.kubeconfig)
-    ctx.on_shutdown(conn.close)
-    recorder = EventRecorder(conn.get, cfg.node_name)
-    ctx.services["kube_client"] = conn
-    ctx.services["event_recorder"] = recorder
-    ctx.services["evictor"] = Evictor(
-        ctx.decisions, conn.get, recorder, cfg.kube.eviction_qps, dry_run=cfg.dry_run
-    )
+    cfg = config.kube
     settings = ReflectorSettings(
-        resync_seconds=cfg.kube.resync_seconds,
-        watch_timeout_seconds=cfg.kube.watch_timeout_seconds,
-        read_timeout_seconds=cfg.kube.read_timeout_seconds,
+        resync_seconds=cfg.resync_seconds,
+        watch_timeout_seconds=cfg.watch_timeout_seconds,
+        read_timeout_seconds=cfg.read_timeout_seconds,
     )
-    node = cfg.node_name
-    nodeslo = NodeSLOSource(ctx.bus, node, recorder)
-    ctx.services["nodeslo_source"] = nodeslo
+    node = config.node_name
+    nodeslo = NodeSLOSource(bus, node, recorder)
     return [
-        Reflector("pods", conn.get, PODS_PATH, PodSource(ctx.bus, node), f"spec.nodeName={node}", settings),
-        Reflector("node", conn.get, NODES_PATH, NodeSource(ctx.bus, node), f"metadata.name={node}", settings),
+        Reflector("pods", conn.get, PODS_PATH, PodSource(bus, node), f"spec.nodeName={node}", settings),
+        Reflector("node", conn.get, NODES_PATH, NodeSource(bus, node), f"metadata.name={node}", settings),
         Reflector("nodeslo", conn.get, NODESLOS_PATH, nodeslo, f"metadata.name={node}", settings),
-    ]
+    ], nodeslo

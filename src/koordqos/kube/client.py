@@ -32,6 +32,7 @@ class ApiError(KubeError):
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after: float | None = None  # seconds, from a 429/503 Retry-After header
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,15 @@ class KubeClient:
         params: Mapping[str, str] | None = None,
         body: Any = None,
         timeout: float | None = None,
+        content_type: str = "application/json",
     ) -> dict[str, Any]:
-        """One JSON call; raises ApiError on non-2xx, KubeError on transport failures."""
+        """One JSON call; raises ApiError on non-2xx, KubeError on transport failures.
+
+        `content_type` selects the PATCH flavour (`application/merge-patch+json`)."""
         headers = await self._auth()
         data = None
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
             data = json.dumps(body).encode()
         try:
             async with self._sess().request(
@@ -139,7 +143,9 @@ class KubeClient:
             ) as resp:
                 raw = await resp.read()
                 if resp.status >= 300:
-                    raise _api_error(resp.status, raw)
+                    err = _api_error(resp.status, raw)
+                    err.retry_after = _retry_after(resp.headers.get("Retry-After"))
+                    raise err
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise KubeError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         if not raw:
@@ -188,3 +194,12 @@ def _api_error(status: int, raw: bytes) -> ApiError:
     except ValueError:
         message = raw[:200].decode(errors="replace")
     return ApiError(status, reason, message)
+
+
+def _retry_after(raw: str | None) -> float | None:
+    if not raw:
+        return None
+    try:
+        return max(float(raw), 0.0)
+    except ValueError:
+        return None

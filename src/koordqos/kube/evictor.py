@@ -54,7 +54,7 @@ EVICTED_TTL_SECONDS = 120.0
 
 
 class EvictorService(Protocol):
-    """What strategies use (ctx.services["evictor"])."""
+    """What the QoS strategies evict through."""
 
     async def evict(self, pod: PodInfo, reason: str, message: str, strategy: str) -> bool: ...
 

@@ -53,7 +53,8 @@ from koordqos.model.qos import KubeQoS
 from koordqos.once import SeenOnce
 
 if TYPE_CHECKING:
-    from koordqos.agent import AgentContext
+    from koordqos.config import AgentConfig
+    from koordqos.events.bus import EventBus
     from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.kube.local")
@@ -248,16 +249,20 @@ class LocalSources:
 
     def __init__(
         self,
-        ctx: AgentContext,
+        bus: EventBus,
+        config: AgentConfig,
+        layout: CgroupLayout | None = None,
         poll_seconds: float = 1.0,
         node_refresh_seconds: float = 60.0,
         coalesce_seconds: float = 0.05,
     ) -> None:
-        self.ctx = ctx
+        self.bus = bus
+        self.config = config
+        self.layout = layout
         self.poll_seconds = poll_seconds
         self.node_refresh_seconds = node_refresh_seconds
         self.coalesce_seconds = coalesce_seconds
-        self.nodeslo = NodeSLOSource(ctx.bus, ctx.config.node_name, recorder=None, source="file")
+        self.nodeslo = NodeSLOSource(bus, config.node_name, recorder=None, source="file")
         self._sandbox_uids: dict[str, str] = {}
         self._file_sig: tuple[int, int, int] | None = None
         self._node: NodeInfo | None = None
@@ -268,7 +273,7 @@ class LocalSources:
         self._wake = asyncio.Event()
         self._warned: SeenOnce[str] = SeenOnce()
         self.republished = 0  # PodUpserted sent for container changes (observability, tests)
-        ctx.bus.subscribe(
+        bus.subscribe(
             "local-pods",
             self._on_runtime,
             RuntimeSandboxUpserted,
@@ -282,7 +287,7 @@ class LocalSources:
     def _pod(self, sandbox: RuntimeSandbox, containers: Iterable[RuntimeContainer]) -> PodInfo | None:
         """The sandbox's PodInfo; None when it would republish what was last published."""
         ctrs = list(containers)
-        pod = pod_from_sandbox(sandbox, self.ctx.config.node_name, ctrs, self._runtime)
+        pod = pod_from_sandbox(sandbox, self.config.node_name, ctrs, self._runtime)
         sig = (pod.kube_qos, pod.containers)
         if self._published.get(sandbox.id) == sig:
             return None
@@ -291,7 +296,7 @@ class LocalSources:
         return pod
 
     async def _on_runtime(self, event: Any, state: NodeState) -> None:
-        bus = self.ctx.bus
+        bus = self.bus
         if isinstance(event, RuntimeContainerUpserted):
             ctr = event.container
             self._ctr_sandbox[ctr.id] = ctr.sandbox_id
@@ -343,7 +348,7 @@ class LocalSources:
         dirty, self._dirty = self._dirty, set()
         if not dirty:
             return 0
-        state = self.ctx.bus.state
+        state = self.bus.state
         grouped = containers_by_sandbox(state.containers.values(), dirty)
         sent = 0
         for i, sid in enumerate(sorted(dirty)):
@@ -355,7 +360,7 @@ class LocalSources:
             pod = self._pod(sb, grouped.get(sid, ()))
             if pod is None:
                 continue  # no change (e.g. a start that only repeated the state)
-            await self.ctx.bus.publish(PodUpserted(pod))
+            await self.bus.publish(PodUpserted(pod))
             sent += 1
         self.republished += sent
         return sent
@@ -374,8 +379,8 @@ class LocalSources:
 
     def _check_dirs(self, pod: PodInfo, sandbox: RuntimeSandbox, ctrs: list[RuntimeContainer]) -> None:
         """Warn once (and count) when the runtime's cgroups are not where the agent will look for them."""
-        layout = self.ctx.services.get("cgroup_layout")
-        if not isinstance(layout, CgroupLayout):
+        layout = self.layout
+        if layout is None:
             return
         try:
             pod_dir = layout.pod_dir(pod)
@@ -429,7 +434,7 @@ class LocalSources:
             await self._poll()
 
     async def _poll(self) -> None:
-        bus = self.ctx.bus
+        bus = self.bus
         await self.refresh_node()
         await self.poll_nodeslo()
         for source in ("node", "pods"):
@@ -445,14 +450,14 @@ class LocalSources:
 
     async def refresh_node(self) -> None:
         """Re-read procfs; publish NodeUpdated when capacity changed."""
-        node = read_node_from_procfs(self.ctx.config.paths.proc_root, self.ctx.config.node_name)
+        node = read_node_from_procfs(self.config.paths.proc_root, self.config.node_name)
         if self._node is None or node.capacity != self._node.capacity:
             self._node = node
-            await self.ctx.bus.publish(NodeUpdated(node))
+            await self.bus.publish(NodeUpdated(node))
 
     async def poll_nodeslo(self) -> None:
         """Apply the NodeSLO file when it changed (or the defaults when there is none)."""
-        path = self.ctx.config.kube.nodeslo_file
+        path = self.config.kube.nodeslo_file
         if path is None:
             if self._file_sig is None:
                 self._file_sig = (0, 0, 0)

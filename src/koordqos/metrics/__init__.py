@@ -1,15 +1,11 @@
 """koordqos.metrics: node/pod/container sampling, CPU topology and the in-memory time-series store.
 
-Services put on the AgentContext by `setup` (after koordqos.cgroups.setup):
-* "topology": `CpuTopology` read from --sys-root
-* "metric_store": `MetricStore` (retention --metrics-retention-seconds)
-* "collector": `MetricsCollector`, also returned as the component that publishes a `MetricTick`
-  (sample = `MetricSnapshot`) every --collect-interval
+The composer builds the `CpuTopology` (read from --sys-root), the `MetricStore` (retention
+--metrics-retention-seconds) and the `MetricsCollector` component, which publishes a `MetricTick`
+(sample = `MetricSnapshot`) every --collect-interval.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from koordqos.metrics.collector import MetricsCollector
 from koordqos.metrics.store import MetricStore
@@ -23,9 +19,6 @@ from koordqos.metrics.types import (
     PodSample,
 )
 
-if TYPE_CHECKING:
-    from koordqos.agent import AgentContext, Component
-
 __all__ = [
     "BESample",
     "ContainerSample",
@@ -38,36 +31,4 @@ __all__ = [
     "NodeSample",
     "PodSample",
     "read_topology",
-    "setup",
 ]
-
-
-def setup(ctx: AgentContext) -> list[Component]:
-    """Build topology, store and collector from the cgroup services; return the collector component."""
-    from koordqos.cgroups import CgroupLayout, CgroupReader
-
-    cfg = ctx.config
-    layout = ctx.services.get("cgroup_layout")
-    if layout is None:  # metrics without the cgroups package (tests): detect here
-        layout = CgroupLayout.detect(
-            cfg.paths.cgroup_root, proc_root=cfg.paths.proc_root, sys_root=cfg.paths.sys_root
-        )
-        ctx.services["cgroup_layout"] = layout
-    reader = ctx.services.get("cgroup_reader")
-    if reader is None:
-        reader = ctx.services["cgroup_reader"] = CgroupReader(layout)
-    topology = read_topology(cfg.paths.sys_root)
-    store = MetricStore(cfg.metrics.retention_seconds, cfg.metrics.collect_interval_seconds)
-    collector = MetricsCollector(
-        ctx.bus,
-        layout,
-        reader,
-        store,
-        proc_root=cfg.paths.proc_root,
-        topology=topology,
-        interval=cfg.metrics.collect_interval_seconds,
-    )
-    ctx.services["topology"] = topology
-    ctx.services["metric_store"] = store
-    ctx.services["collector"] = collector
-    return [collector]

@@ -301,7 +301,8 @@ class MetricsCollector:
             return None
         at = self._clock()
         cpu = self._cpu_cores(plan.dir, plan.cpu_key, at, seen)
-        mem = self.reader.memory_working_set(plan.dir)
+        readings = self.reader.memory_readings(plan.dir)
+        mem = None if readings is None else readings.working_set
         if mem is None and cpu is None and plan.cpu_key not in seen:
             self._missing(
                 "cgroup_vanished", "pod:" + pod.uid, "pod cgroup missing", pod=pod.key, dir=plan.dir
@@ -318,7 +319,9 @@ class MetricsCollector:
             )
             for c in plan.containers
         )
-        return PodSample(pod.uid, cpu, mem, containers)
+        if readings is None:
+            return PodSample(pod.uid, cpu, mem, containers)
+        return PodSample(pod.uid, cpu, mem, containers, readings.anon, readings.with_cache)
 
     def _be(self, pods: list[PodInfo], seen: set[str], node: NodeSample) -> BESample:
         be_dir = self.layout.qos_dir(KubeQoS.BESTEFFORT)
@@ -392,7 +395,8 @@ class MetricsCollector:
             # own counter key: an app may share its dir with a pod, the BE dir or another app
             key = f"app:{app.name}:{rel}"
             cpu = self._cpu_cores(rel, key, at, seen)
-            mem = self.reader.memory_working_set(rel)
+            readings = self.reader.memory_readings(rel)
+            mem = None if readings is None else readings.working_set
             if cpu is None and mem is None and key not in seen:
                 self._missing(
                     "host_app_cgroup",
@@ -402,7 +406,9 @@ class MetricsCollector:
                     dir=rel,
                 )
                 continue
-            out[app.name] = HostAppSample(app.name, rel, cpu, mem)
+            anon = None if readings is None else readings.anon
+            with_cache = None if readings is None else readings.with_cache
+            out[app.name] = HostAppSample(app.name, rel, cpu, mem, anon, with_cache)
         return MappingProxyType(out)
 
     def _forget_pod(self, uid: str) -> None:

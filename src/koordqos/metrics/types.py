@@ -66,6 +66,8 @@ class PodSample:
     cpu_usage_cores: float | None = None
     memory_working_set: int | None = None
     containers: tuple[ContainerSample, ...] = ()
+    memory_anon: int | None = None  # inactive_anon + active_anon + unevictable (the reported definition)
+    memory_with_cache: int | None = None  # anon + active_file + inactive_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,8 @@ class HostAppSample:
     dir: str
     cpu_usage_cores: float | None = None
     memory_working_set: int | None = None
+    memory_anon: int | None = None
+    memory_with_cache: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

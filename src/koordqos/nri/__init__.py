@@ -1,32 +1,33 @@
-"""NRI: the plugin that serves runtime hooks to containerd / CRI-O (ttrpc, mux, lifecycle, reconnect).
+"""NRI: the plugin that serves runtime hooks to containerd / CRI-O (ttrpc, mux, session, lifecycle,
+reconnect) and the adapter between NRI calls and the hook core (`convert.py`).
 
-`setup(ctx)` creates the `NRIPlugin` when `config.nri.enabled`: it goes on `ctx.services["nri_plugin"]`
-(`await plugin.update_containers([...])` sends unsolicited updates) and runs as a component; the
-connection state is in `ctx.status["nri"]` (shown by /readyz). Hooks attach to the request events in
-`koordqos.nri.events`.
+`build_plugin` creates the `NRIPlugin` component: `await plugin.update_containers([...])` sends unsolicited
+updates; the connection state is in `status["nri"]` (shown by /readyz).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from koordqos.agent import AgentContext, Component
+    from koordqos.config import AgentConfig
+    from koordqos.events.bus import EventBus
+    from koordqos.nri.plugin import NRIPlugin
+    from koordqos.nri.session import NRIHandler
 
 
-def setup(ctx: AgentContext) -> list[Component]:
-    """Create the NRI plugin component (or record that NRI is disabled)."""
-    if not ctx.config.nri.enabled:
-        ctx.status["nri"] = "disabled"
-        return []
+def build_plugin(
+    bus: EventBus, config: AgentConfig, handler: NRIHandler, status: MutableMapping[str, Any]
+) -> NRIPlugin:
+    """The NRI plugin (NRI_PLUGIN_* from the environment when the runtime launched us)."""
     from koordqos.nri.plugin import DEFAULT_EVENTS, NRIPlugin, mask_without_stages
 
-    plugin = NRIPlugin.from_env(
-        ctx.bus,
-        ctx.config.nri,
-        failure_policy=ctx.config.hooks.failure_policy,
-        status=ctx.status,
-        events_mask=mask_without_stages(DEFAULT_EVENTS, ctx.config.hooks.disable_stages),
+    return NRIPlugin.from_env(
+        bus,
+        config.nri,
+        handler=handler,
+        failure_policy=config.hooks.failure_policy,
+        status=status,
+        events_mask=mask_without_stages(DEFAULT_EVENTS, config.hooks.disable_stages),
     )
-    ctx.services["nri_plugin"] = plugin
-    return [plugin]

@@ -1,7 +1,10 @@
-"""NRI messages ↔ hook contexts (runtime-hooks.md §4), registered on the NRI plugin's bus request events.
+"""NRI calls ↔ hook contexts (runtime-hooks.md §4): the NRI adapter of the hook core.
 
-* RunPodSandbox → PreRunPodSandbox on a PodContext; the pod-level values (bvt, idle, shares, quota,
-  memory) are written to the pod cgroup through the executor before the reply.
+The plugin hands every NRI call (a `koordqos.nri.events` record) to `NRIHooks`, inside the hook core's
+`run_call` (deadline, failure policy); this module only translates:
+
+* RunPodSandbox → PreRunPodSandbox on a PodContext; the core writes the pod-level values (bvt, idle, shares,
+  quota, memory) to the pod cgroup before the reply.
 * CreateContainer → PreCreateContainer; the result goes into the `ContainerAdjustment` (cpu shares,
   quota, cpuset, memory limit, env, oom_score_adj).
 * UpdateContainer → PreUpdateContainerResources on the resources the runtime is about to apply
@@ -11,44 +14,35 @@
   resources; an update for each container whose values differ (project decision §4).
 * RemovePodSandbox → drop the executor's cached values for the pod's cgroups.
 
-Under the Fail policy a hook error fails the call before anything is written or returned. Pods known
-from the API server contribute their spec (batch resources); pods seen only through NRI use their
-annotations, so both go through the same hooks.
+Pods known from the API server contribute their spec (batch resources); pods seen only through NRI use
+their annotations, so both go through the same hooks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 from prometheus_client import Counter
 
 from koordqos import observability as obs
-from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.cgroups.layout import CgroupLayout
-from koordqos.decisions import DecisionLog
 from koordqos.errors import CgroupError
-from koordqos.events.bus import EventBus
-from koordqos.hooks.completion import pod_writes
 from koordqos.hooks.context import (
     ContainerContext,
     ContainerRequest,
     PodContext,
     PodRequest,
     Stage,
-    pod_extended,
+    extended_for,
+    runtime_container_id,
 )
-from koordqos.hooks.framework import FailurePolicy
-from koordqos.hooks.resources import (
-    ExtendedResourceSpec,
-    ExtendedResourceSpecError,
-    Resources,
-    extended_from_annotation,
-)
-from koordqos.hooks.runtime import RuntimeHooks
+from koordqos.hooks.core import Call, HookCore
+from koordqos.hooks.resources import ExtendedResourceSpec, ExtendedResourceSpecError, Resources
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.events import (
+    NRICall,
     NRICreateContainer,
     NRIRemovePodSandbox,
     NRIRunPodSandbox,
@@ -60,9 +54,6 @@ from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.nri.convert")
 
-HOOK_NAME = "koordqos-runtime-hooks"
-STRATEGY = "runtime-hooks"
-ANNOTATION_DOCKER_TYPE = "io.kubernetes.docker.type"
 _LIVE_STATES = frozenset({api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED})
 
 CONVERT_ERRORS = Counter(
@@ -103,25 +94,26 @@ def envs_from_nri(env: Any) -> dict[str, str]:
 
 
 class NRIHooks:
-    """Converts NRI request events to hook contexts, runs the stages and fills the replies."""
+    """The NRI adapter: each NRI call to hook contexts, through the core, into the reply."""
 
-    def __init__(
-        self,
-        hooks: RuntimeHooks,
-        layout: CgroupLayout,
-        executor: CgroupExecutor | None,
-        policy: FailurePolicy = "Ignore",
-        default_runtime: str = "containerd",
-        decisions: DecisionLog | None = None,
-    ) -> None:
-        self.decisions = decisions if decisions is not None else DecisionLog()
-        self.hooks = hooks
+    def __init__(self, core: HookCore, layout: CgroupLayout, default_runtime: str = "containerd") -> None:
+        self.core = core
         self.layout = layout
-        self.executor = executor
-        self.policy = policy
         self.default_runtime = default_runtime
         self._warned: SeenOnce[str] = SeenOnce()
         self._dirs: dict[str, str] = {}  # runtime cgroup parent → checked relative dir
+        self._handlers: dict[type[Any], Callable[[Any, NodeState, Call], Awaitable[None] | None]] = {
+            NRIRunPodSandbox: self.run_pod_sandbox,
+            NRICreateContainer: self.create_container,
+            NRIUpdateContainer: self.update_container,
+            NRISynchronize: self.synchronize,
+            NRIRemovePodSandbox: self.remove_pod_sandbox,
+        }
+
+    def __call__(self, event: NRICall, state: NodeState, call: Call) -> Awaitable[None] | None:
+        """Serve one NRI call (the calls the hooks have nothing to do for return at once)."""
+        handler = self._handlers.get(type(event))
+        return None if handler is None else handler(event, state, call)
 
     def _normalize(self, parent: str) -> str:
         # memoised: every container of a pod repeats the pod's parent, and the path checks are not free
@@ -132,14 +124,6 @@ class NRIHooks:
                 self._dirs.clear()
             self._dirs[parent] = rel
         return rel
-
-    def register(self, bus: EventBus) -> None:
-        """Attach to the NRI request events."""
-        bus.register_hook(NRIRunPodSandbox, HOOK_NAME, self.run_pod_sandbox)
-        bus.register_hook(NRICreateContainer, HOOK_NAME, self.create_container)
-        bus.register_hook(NRIUpdateContainer, HOOK_NAME, self.update_container)
-        bus.register_hook(NRISynchronize, HOOK_NAME, self.synchronize)
-        bus.register_hook(NRIRemovePodSandbox, HOOK_NAME, self.remove_pod_sandbox)
 
     # -- conversion -------------------------------------------------------------------------------
 
@@ -160,11 +144,8 @@ class NRIHooks:
             return ""
 
     def _extended(self, pod: api.PodSandbox, state: NodeState) -> ExtendedResourceSpec | None:
-        known = state.pods.get(pod.uid)
         try:
-            if known is not None:
-                return pod_extended(known)
-            return extended_from_annotation(pod.annotations)
+            return extended_for(pod.uid, pod.annotations, state.pods)
         except ExtendedResourceSpecError as exc:
             self._bad("extended_resource_spec", f"{pod.namespace}/{pod.name}", exc)
             return None
@@ -194,9 +175,7 @@ class NRIHooks:
         extended: ExtendedResourceSpec | bool | None = False,
     ) -> ContainerContext:
         """ContainerContext.FromNri (`resources` overrides the container's own)."""
-        annotations: Mapping[str, str] = pod.annotations
-        runtime = "docker" if ANNOTATION_DOCKER_TYPE in annotations else self.default_runtime
-        container_id = f"{runtime}://{ctr.id}"
+        container_id = runtime_container_id(pod.annotations, ctr.id, self.default_runtime)
         pdir = self._pod_dir(pod) if pod_dir is None else pod_dir
         cdir = ""
         try:
@@ -217,7 +196,7 @@ class NRIHooks:
                 pod_namespace=pod.namespace,
                 pod_name=pod.name,
                 pod_labels=dict(pod.labels),
-                pod_annotations=dict(annotations),
+                pod_annotations=dict(pod.annotations),
                 pod_cgroup_parent=pdir,
                 cgroup_parent=cdir,
                 envs=envs_from_nri(ctr.env),
@@ -230,60 +209,44 @@ class NRIHooks:
     def _record(self, ctx: ContainerContext, action: str, new: str, call: str) -> bool:
         """Log the reply as a decision; False in dry-run (the runtime then gets nothing)."""
         r = ctx.request
-        dry = self.decisions.dry_run
-        self.decisions.record(
-            STRATEGY,
-            f"{r.pod_namespace}/{r.pod_name}/{r.container_name}",
-            f"nri-{action}",
-            None,
-            new,
-            call,
-            dry_run=dry,
-            quiet=True,
-        )
-        return not dry
+        target = f"{r.pod_namespace}/{r.pod_name}/{r.container_name}"
+        return self.core.record_reply(target, f"nri-{action}", new, call)
 
     # -- handlers ---------------------------------------------------------------------------------
 
-    async def run_pod_sandbox(self, event: NRIRunPodSandbox, state: NodeState) -> None:
-        """Run the pod stage and write the pod cgroups before the reply."""
-        self.hooks.refresh_rules(state.node_slo, state.node)
+    async def run_pod_sandbox(self, event: NRIRunPodSandbox, state: NodeState, call: Call) -> None:
+        """Run the pod stage; the core writes the pod cgroups before the reply."""
         ctx = self.pod_context(event.pod, state)
-        self.hooks.run_stage(Stage.PRE_RUN_POD_SANDBOX, ctx, self.policy)
-        writes = pod_writes(ctx)
-        if writes and self.executor is not None:
-            await self.executor.apply(
-                STRATEGY, writes, reason=f"RunPodSandbox {event.pod.namespace}/{event.pod.name}"
-            )
+        reason = f"RunPodSandbox {event.pod.namespace}/{event.pod.name}"
+        await self.core.pod_stage(call, Stage.PRE_RUN_POD_SANDBOX, ctx, state, reason)
 
-    def create_container(self, event: NRICreateContainer, state: NodeState) -> None:
+    def create_container(self, event: NRICreateContainer, state: NodeState, call: Call) -> None:
         """Run PreCreateContainer and fill the adjustment."""
-        self.hooks.refresh_rules(state.node_slo, state.node)
         ctx = self.container_context(event.pod, event.container, state)
-        self.hooks.run_stage(Stage.PRE_CREATE_CONTAINER, ctx, self.policy)
+        self.core.stage(call, Stage.PRE_CREATE_CONTAINER, ctx, state)
         resp = ctx.response
         if not (nri_visible(resp.resources) or resp.add_envs or resp.oom_score_adj is not None):
             return
         if self._record(ctx, "adjust", _summary(resp.resources, resp.oom_score_adj), "CreateContainer"):
             fill_adjustment(event.adjust, ctx)
 
-    def update_container(self, event: NRIUpdateContainer, state: NodeState) -> None:
+    def update_container(self, event: NRIUpdateContainer, state: NodeState, call: Call) -> None:
         """Run PreUpdateContainerResources on the requested resources; update this container if set."""
-        self.hooks.refresh_rules(state.node_slo, state.node)
         requested = event.linux_resources if event.linux_resources.ByteSize() > 0 else None
         ctx = self.container_context(event.pod, event.container, state, requested)
-        self.hooks.run_stage(Stage.PRE_UPDATE_CONTAINER_RESOURCES, ctx, self.policy)
+        self.core.stage(call, Stage.PRE_UPDATE_CONTAINER_RESOURCES, ctx, state)
         res = ctx.response.resources
         if nri_visible(res) and self._record(ctx, "update", _summary(res), "UpdateContainer"):
             fill_resources(event.update_for(event.container.id).linux.resources, res)
 
-    def synchronize(self, event: NRISynchronize, state: NodeState) -> None:
+    def synchronize(self, event: NRISynchronize, state: NodeState, call: Call) -> None:
         """Correct every live container whose hook values differ from what it has."""
-        self.hooks.refresh_rules(state.node_slo, state.node)
         pods = {p.id: p for p in event.pods}
         pod_dirs: dict[str, str] = {}
         extended: dict[str, ExtendedResourceSpec | None] = {}
         for ctr in event.containers:
+            if call.timed_out:
+                break  # past the deadline: send what was computed, the reconciler covers the rest
             if ctr.state not in _LIVE_STATES:
                 continue
             pod = pods.get(ctr.pod_sandbox_id)
@@ -293,16 +256,14 @@ class NRIHooks:
                 pod_dirs[pod.id] = self._pod_dir(pod)
                 extended[pod.id] = self._extended(pod, state)
             ctx = self.container_context(pod, ctr, state, None, pod_dirs[pod.id], extended[pod.id])
-            self.hooks.run_stage(Stage.PRE_UPDATE_CONTAINER_RESOURCES, ctx, self.policy)
+            self.core.stage(call, Stage.PRE_UPDATE_CONTAINER_RESOURCES, ctx, state)
             diff = differing(ctx.response.resources, ctx.request.resources)
             if nri_visible(diff) and self._record(ctx, "update", _summary(diff), "Synchronize"):
                 fill_resources(event.update_for(ctr.id).linux.resources, diff)
 
-    def remove_pod_sandbox(self, event: NRIRemovePodSandbox, state: NodeState) -> None:
+    def remove_pod_sandbox(self, event: NRIRemovePodSandbox, state: NodeState, call: Call) -> None:
         """Forget cached cgroup values of the removed pod."""
-        pod_dir = self._pod_dir(event.pod)
-        if pod_dir and self.executor is not None:
-            self.executor.invalidate(pod_dir)
+        self.core.forget_pod(self._pod_dir(event.pod))
 
 
 def _summary(res: Resources, oom: int | None = None) -> str:

@@ -1,7 +1,7 @@
-"""Bus request events for NRI calls: what hooks read (decoded protobufs) and fill in (the reply).
+"""NRI call records: what the NRI adapter reads (decoded protobufs) and fills in (the reply).
 
-The plugin turns every NRI call into one `ctx.bus.request(event, deadline, policy)`. Hooks registered with
-`bus.register_hook(NRICreateContainer, name, handler, order)` run in order on the same event object:
+The plugin turns every NRI call into one record and hands it, inside the hook core's `run_call` (deadline,
+failure policy), to its handler (`koordqos.nri.convert.NRIHooks` in the agent):
 
 * read the request: `event.pod` (`PodSandbox`), `event.container` (`Container`), and for updates
   `event.linux_resources` (`LinuxResources`, the resources the runtime is about to apply);
@@ -9,11 +9,11 @@ The plugin turns every NRI call into one `ctx.bus.request(event, deadline, polic
   `event.adjust.linux.resources.cpu.shares.value = 2`) and `event.updates` (a list of `ContainerUpdate`
   for *other* containers on CreateContainer; for any container, including the one being updated, on
   UpdateContainer, StopContainer and Synchronize). `event.update_for(container_id)` returns the update for
-  that container, creating it on first use, so several hooks merge into one entry.
+  that container, creating it on first use, so several steps merge into one entry.
 
-With no hooks the replies are correctly empty. Updates whose resources stay empty are left out of the reply;
-on CreateContainer an update naming the container being created is dropped (the runtime would fail the
-creation). The request protobufs must be treated as read-only.
+With nothing filled in the replies are correctly empty. Updates whose resources stay empty are left out of
+the reply; on CreateContainer an update naming the container being created is dropped (the runtime would
+fail the creation). The request protobufs must be treated as read-only.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from koordqos.events.types import RequestEvent, RuntimeContainer, RuntimeSandbox
+from koordqos.events.types import RuntimeContainer, RuntimeSandbox
 from koordqos.nri.api import nri_api_pb2 as api
 
 __all__ = [
+    "NRICall",
     "NRIContainerEvent",
     "NRICreateContainer",
     "NRIPodEvent",
@@ -41,6 +42,12 @@ __all__ = [
     "runtime_container",
     "runtime_sandbox",
 ]
+
+
+class NRICall:
+    """Base of the NRI call records."""
+
+    __slots__ = ()
 
 
 class UpdatesMixin:
@@ -64,7 +71,7 @@ class UpdatesMixin:
 
 
 @dataclass(slots=True, eq=False)
-class NRIPodEvent(RequestEvent):
+class NRIPodEvent(NRICall):
     """A pod-level lifecycle call; `pod` is the runtime's view of the sandbox."""
 
     pod: api.PodSandbox
@@ -86,7 +93,7 @@ class NRIRemovePodSandbox(NRIPodEvent):
 
 
 @dataclass(slots=True, eq=False)
-class NRIContainerEvent(RequestEvent):
+class NRIContainerEvent(NRICall):
     """A container-level lifecycle call; `pod` may be an empty PodSandbox when the runtime sent none."""
 
     pod: api.PodSandbox
@@ -130,7 +137,7 @@ class NRIRemoveContainer(NRIContainerEvent):
 
 
 @dataclass(slots=True, eq=False)
-class NRISynchronize(RequestEvent, UpdatesMixin):
+class NRISynchronize(NRICall, UpdatesMixin):
     """Synchronize (after every (re)connect): the union of all chunks; fill `updates` to correct any
     existing container. `reconnect` is true for every sync after the first one of this process."""
 

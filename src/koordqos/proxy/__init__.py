@@ -1,52 +1,53 @@
 """Proxy mode: the RuntimeHookService koord-runtime-proxy calls around each CRI call (grpclib, unix socket).
 
-`setup(ctx)` (when `--enable-runtime-hooks-proxy`): attaches `ProxyHooks` (the "runtime_hooks" runner from
-`koordqos.hooks`, so hooks behave as on the NRI path) to the proxy bus request events, and returns the
-`ProxyServer` component (service "proxy_server") serving `--runtime-hooks-addr` and keeping
-`<--runtime-hooks-config-path>/koordlet.json` current. `ctx.status["proxy"]`: disabled | serving | stopped.
+`build_server` (when `--enable-runtime-hooks-proxy`) returns the `ProxyServer` component serving
+`--runtime-hooks-addr` and keeping `<--runtime-hooks-config-path>/koordlet.json` current; every call runs
+through the hook core, as on the NRI path. `status["proxy"]`: disabled | serving | stopped.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from koordqos.agent import AgentContext, Component
-
-
-def setup(ctx: AgentContext) -> list[Component]:
-    """Create the RuntimeHookService server component (or record that proxy mode is disabled)."""
-    cfg = ctx.config.hooks
-    if not cfg.proxy_enabled:
-        ctx.status["proxy"] = "disabled"
-        return []
     from koordqos.cgroups.layout import CgroupLayout
+    from koordqos.config import HookSettings
+    from koordqos.decisions import DecisionLog
+    from koordqos.events.bus import EventBus
+    from koordqos.hooks.core import HookCore
+    from koordqos.proxy.server import ProxyServer
+
+
+def build_server(
+    settings: HookSettings,
+    bus: EventBus,
+    layout: CgroupLayout,
+    core: HookCore,
+    decisions: DecisionLog,
+    status: MutableMapping[str, Any],
+) -> ProxyServer:
+    """The RuntimeHookService server and its registration file."""
+    from koordqos.config import parse_failure_policy
     from koordqos.hooks.context import Stage
-    from koordqos.hooks.framework import parse_failure_policy
-    from koordqos.hooks.runtime import RuntimeHooks
     from koordqos.proxy.convert import ProxyConverter
     from koordqos.proxy.registration import RegistrationFile, proxy_stages, render_registration
-    from koordqos.proxy.runner import ProxyHooks
     from koordqos.proxy.server import ProxyServer
-    from koordqos.proxy.service import RuntimeHookService
+    from koordqos.proxy.service import RuntimeHookService, core_handler
 
-    hooks: RuntimeHooks = ctx.service("runtime_hooks")
-    layout: CgroupLayout = ctx.service("cgroup_layout")
-    policy = parse_failure_policy(cfg.failure_policy)
-    ProxyHooks(hooks, ctx.services.get("executor"), policy).register(ctx.bus)
-    service = RuntimeHookService(ctx.bus, ProxyConverter(layout), policy, decisions=ctx.decisions)
+    policy = parse_failure_policy(settings.failure_policy)
+    service = RuntimeHookService(
+        bus, ProxyConverter(layout), policy, decisions=decisions, handler=core_handler(core)
+    )
+    disabled = {Stage(s) for s in settings.disable_stages}
     registration = RegistrationFile(
-        cfg.proxy_config_path,
-        render_registration(
-            str(cfg.proxy_addr), policy, proxy_stages(hooks.registry, {Stage(s) for s in cfg.disable_stages})
-        ),
+        settings.proxy_config_path,
+        render_registration(str(settings.proxy_addr), policy, proxy_stages(core.hooks.registry, disabled)),
     )
-    server = ProxyServer(
+    return ProxyServer(
         service,
-        cfg.proxy_addr,
+        settings.proxy_addr,
         registration,
-        refresh_interval=cfg.reconcile_interval_seconds,
-        status=ctx.status,
+        refresh_interval=settings.reconcile_interval_seconds,
+        status=status,
     )
-    ctx.services["proxy_server"] = server
-    return [server]

@@ -22,19 +22,20 @@ import structlog
 from koordqos import observability as obs
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.errors import CgroupError, ProtocolError
-from koordqos.hooks.context import ContainerContext, ContainerRequest, PodContext, PodRequest, pod_extended
-from koordqos.hooks.resources import (
-    ExtendedResourceSpec,
-    ExtendedResourceSpecError,
-    Resources,
-    extended_from_annotation,
+from koordqos.hooks.context import (
+    ContainerContext,
+    ContainerRequest,
+    PodContext,
+    PodRequest,
+    extended_for,
+    runtime_container_id,
 )
+from koordqos.hooks.resources import ExtendedResourceSpec, ExtendedResourceSpecError, Resources
+from koordqos.once import SeenOnce
 from koordqos.proxy.api import runtime_api_pb2 as rpb
 from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.proxy")
-
-ANNOTATION_DOCKER_TYPE = "io.kubernetes.docker.type"
 
 
 class ProxyRequestError(ProtocolError):
@@ -104,7 +105,7 @@ class ProxyConverter:
     def __init__(self, layout: CgroupLayout, default_runtime: str = "containerd") -> None:
         self.layout = layout
         self.default_runtime = default_runtime
-        self._warned: set[str] = set()
+        self._warned: SeenOnce[str] = SeenOnce(4096)
 
     def _pod_dir(self, cgroup_parent: str, what: str) -> str:
         if not cgroup_parent:
@@ -117,19 +118,12 @@ class ProxyConverter:
     def _extended(
         self, uid: str, annotations: Mapping[str, str], state: NodeState, what: str
     ) -> ExtendedResourceSpec | None:
-        known = state.pods.get(uid)
         try:
-            if known is not None:
-                return pod_extended(known)
-            return extended_from_annotation(annotations)
+            return extended_for(uid, annotations, state.pods)
         except ExtendedResourceSpecError as exc:
             # as koordlet: the batch values stay unset, the request is still served
             obs.ERRORS.labels("proxy", "extended_resource_spec").inc()
-            key = f"{what}:{exc}"
-            if key not in self._warned:
-                if len(self._warned) > 4096:
-                    self._warned.clear()
-                self._warned.add(key)
+            if self._warned.first(f"{what}:{exc}"):
                 log.warning("proxy request annotation not usable by the hooks", target=what, error=str(exc))
             return None
 
@@ -166,9 +160,9 @@ class ProxyConverter:
         what = self._pod_meta(meta, req.HasField("pod_meta"), method)
         name = req.container_meta.name
         annotations = dict(req.pod_annotations)
-        runtime = "docker" if ANNOTATION_DOCKER_TYPE in annotations else self.default_runtime
         # PreCreateContainer comes before the runtime assigned an id: the container dir is then unknown
-        container_id = f"{runtime}://{req.container_meta.id}" if req.container_meta.id else ""
+        raw_id = req.container_meta.id
+        container_id = runtime_container_id(annotations, raw_id, self.default_runtime) if raw_id else ""
         pod_dir = self._pod_dir(req.pod_cgroup_parent, what)
         cdir = ""
         if pod_dir and container_id:

@@ -1,8 +1,9 @@
 """RuntimeHookService (runtime.v1alpha1) for koord-runtime-proxy, served with grpclib.
 
-Every call (runtime-hooks.md §5): decode → hook context (`FromProxy`) → one bus request (`ProxyPodHook` /
-`ProxyContainerHook`, run by `ProxyHooks` with the same runner as NRI) within the caller's deadline →
-the request-prefilled response with the hooks' values merged (`ProxyDone`). Outcomes:
+Every call (runtime-hooks.md §5): decode → hook context (`FromProxy`) → the hook core's `run_call` within
+the caller's deadline, its handler running the stage (`HookCore.stage`; pod stages also write the pod
+cgroups before the reply, as on the NRI path) → the request-prefilled response with the hooks' values merged
+(`ProxyDone`). Outcomes:
 
 * bytes that are not the request message, or a request the hooks cannot safely use: INVALID_ARGUMENT
   (logged once, counted); the server keeps serving;
@@ -14,7 +15,7 @@ the request-prefilled response with the hooks' values merged (`ProxyDone`). Outc
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
@@ -22,18 +23,17 @@ from google.protobuf.message import DecodeError
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from koordqos.config import FailurePolicy
 from koordqos.errors import HookError, TimeoutException
 from koordqos.events.bus import EventBus
-from koordqos.hooks.context import ContainerContext, PodContext, Stage
-from koordqos.hooks.framework import FailurePolicy
-from koordqos.nri.convert import STRATEGY
-from koordqos.nri.plugin import hook_deadline
+from koordqos.hooks.context import ContainerContext, HookContext, PodContext, Stage
+from koordqos.hooks.core import STRATEGY, Call, HookCore, call_deadline, run_call
 from koordqos.once import SeenOnce
 from koordqos.proxy import metrics as m
 from koordqos.proxy.api import runtime_api_pb2 as rpb
 from koordqos.proxy.api.runtime_api_grpc import RuntimeHookServiceBase
 from koordqos.proxy.convert import ProxyConverter, ProxyRequestError, container_response, pod_response
-from koordqos.proxy.events import ProxyContainerHook, ProxyPodHook
+from koordqos.state import NodeState
 
 if TYPE_CHECKING:
     from grpclib.server import Stream
@@ -63,6 +63,26 @@ T = TypeVar("T")
 C = TypeVar("C", PodContext, ContainerContext)
 _INVALID_SEEN: SeenOnce[str] = SeenOnce(1024)
 
+ProxyHandler = Callable[[Call, Stage, HookContext, NodeState], Awaitable[None] | None]
+
+
+def no_hooks(call: Call, stage: Stage, ctx: HookContext, state: NodeState) -> None:
+    """The handler of a service without runtime hooks: replies are the pre-filled requests."""
+
+
+def core_handler(core: HookCore) -> ProxyHandler:
+    """Run each call's stage through the hook core (koordlet RunHooks); pod stages write the pod cgroups
+    before the reply (injectForExt)."""
+
+    def handle(call: Call, stage: Stage, ctx: HookContext, state: NodeState) -> Awaitable[None] | None:
+        if isinstance(ctx, PodContext):
+            req = ctx.request
+            return core.pod_stage(call, stage, ctx, state, f"proxy {stage} {req.namespace}/{req.name}")
+        core.stage(call, stage, ctx, state)
+        return None
+
+    return handle
+
 
 class _Reply(Exception):
     """Internal: answer with this status (outcome label for the metric)."""
@@ -75,7 +95,7 @@ class _Reply(Exception):
 
 
 class RuntimeHookService(RuntimeHookServiceBase):
-    """The seven hook RPCs; each is one bus request."""
+    """The seven hook RPCs; each is one call of the hook core."""
 
     def __init__(
         self,
@@ -84,9 +104,11 @@ class RuntimeHookService(RuntimeHookServiceBase):
         policy: FailurePolicy = "Ignore",
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         decisions: DecisionLog | None = None,
+        handler: ProxyHandler = no_hooks,
     ) -> None:
-        self.bus = bus
+        self.bus = bus  # NodeState for the conversion (read only)
         self.converter = converter
+        self.handler = handler
         self.policy = policy
         self.decisions = decisions
         self.request_timeout = request_timeout
@@ -148,7 +170,7 @@ class RuntimeHookService(RuntimeHookServiceBase):
             ctx: PodContext | None = None
             try:
                 ctx = self._convert(lambda: self.converter.pod_context(req, self.bus.state, method), method)
-                await self._request(ProxyPodHook(POD_RPCS[method], ctx), stream, received)
+                await self._request(method, POD_RPCS[method], ctx, stream, received)
             except _Reply:
                 raise
             except Exception as exc:
@@ -176,7 +198,7 @@ class RuntimeHookService(RuntimeHookServiceBase):
                 ctx = self._convert(
                     lambda: self.converter.container_context(req, self.bus.state, method), method
                 )
-                await self._request(ProxyContainerHook(CONTAINER_RPCS[method], ctx), stream, received)
+                await self._request(method, CONTAINER_RPCS[method], ctx, stream, received)
             except _Reply:
                 raise
             except Exception as exc:
@@ -243,15 +265,19 @@ class RuntimeHookService(RuntimeHookServiceBase):
             raise _Reply(Status.UNKNOWN, f"{type(exc).__name__}: {exc}", "internal_error") from exc
         return "internal_error"
 
-    async def _request(self, event: Any, stream: Stream[Any, Any], received: float) -> None:
+    async def _request(
+        self, method: str, stage: Stage, ctx: HookContext, stream: Stream[Any, Any], received: float
+    ) -> None:
         # the caller's grpc-timeout when it sends one (elapsed time is already out of it)
         budget = self.request_timeout
         elapsed = time.monotonic() - received
         if stream.deadline is not None:
             budget, elapsed = stream.deadline.time_remaining(), 0.0
-        deadline = hook_deadline(budget, elapsed)
+        deadline = call_deadline(budget, elapsed)
+        state = self.bus.state
+        handler = self.handler
         try:
-            await self.bus.request(event, deadline, self.policy)
+            await run_call(method, deadline, self.policy, lambda call: handler(call, stage, ctx, state))
         except (HookError, TimeoutException) as exc:
             # only under Fail: nothing was written, the proxy applies its own failure policy
             raise _Reply(Status.UNKNOWN, str(exc), "hook_error") from None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from aiohttp import web
@@ -13,9 +14,45 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from koordqos import observability as obs
 
 if TYPE_CHECKING:
-    from koordqos.agent import Agent, AgentContext
+    from koordqos.config import ServerSettings
+    from koordqos.decisions import DecisionLog
+    from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.http")
+
+
+class AgentView(Protocol):
+    """What the endpoints show of the agent."""
+
+    @property
+    def ready(self) -> bool:
+        """Pods, Node and NodeSLO sources have synced."""
+        ...
+
+    @property
+    def local_mode(self) -> bool:
+        """No cluster: pods from NRI, NodeSLO from a file."""
+        ...
+
+    @property
+    def loop_lag(self) -> float:
+        """Seconds the last loop-lag probe woke late."""
+        ...
+
+    @property
+    def state(self) -> NodeState:
+        """The newest NodeState."""
+        ...
+
+    @property
+    def status(self) -> Mapping[str, Any]:
+        """What components report (NRI connection, proxy, hooks, cgroups, QoS manager)."""
+        ...
+
+    @property
+    def decisions(self) -> DecisionLog:
+        """The decision log."""
+        ...
 
 
 class HTTPServer:
@@ -24,9 +61,10 @@ class HTTPServer:
     name = "http"
     essential = True
 
-    def __init__(self, ctx: AgentContext) -> None:
-        self.ctx = ctx
-        host, _, port = ctx.config.server.http_addr.rpartition(":")
+    def __init__(self, settings: ServerSettings, view: AgentView) -> None:
+        self.settings = settings
+        self.view = view
+        host, _, port = settings.http_addr.rpartition(":")
         self.host = host.strip("[]") or "0.0.0.0"
         self.port = int(port)
         self.bound_port: int | None = None
@@ -37,16 +75,10 @@ class HTTPServer:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
-        if self.ctx.config.server.debug_endpoints:
+        if self.settings.debug_endpoints:
             app.router.add_get("/debug/state", self.debug_state)
             app.router.add_get("/debug/decisions", self.debug_decisions)
         return app
-
-    @property
-    def agent(self) -> Agent:
-        """The agent this server reports on."""
-        agent: Agent = self.ctx.services["agent"]
-        return agent
 
     async def run(self) -> None:
         """Serve until cancelled."""
@@ -65,18 +97,18 @@ class HTTPServer:
 
     async def healthz(self, request: web.Request) -> web.Response:
         """200 while the event loop answers (this handler running proves it)."""
-        return web.json_response({"status": "ok", "loop_lag_ms": round(self.agent.lag.last_lag * 1000, 3)})
+        return web.json_response({"status": "ok", "loop_lag_ms": round(self.view.loop_lag * 1000, 3)})
 
     def _readiness(self) -> dict[str, Any]:
-        state = self.ctx.bus.state
-        ready = self.agent.ready
+        state = self.view.state
+        ready = self.view.ready
         obs.READY.set(1 if ready else 0)
         return {
             "ready": ready,
-            "mode": "local" if self.ctx.local_mode else "cluster",
+            "mode": "local" if self.view.local_mode else "cluster",
             "synced": sorted(state.synced),
             "nri_connected": state.nri_connected,
-            **{k: v for k, v in self.ctx.status.items() if isinstance(v, str | int | float | bool)},
+            **{k: v for k, v in self.view.status.items() if isinstance(v, str | int | float | bool)},
         }
 
     async def readyz(self, request: web.Request) -> web.Response:
@@ -92,7 +124,7 @@ class HTTPServer:
 
     async def debug_state(self, request: web.Request) -> web.Response:
         """NodeState as JSON: pods with QoS class, NodeSLO in force, NRI state, last metrics."""
-        state = self.ctx.bus.state
+        state = self.view.state
         tick = state.last_tick
         sample = getattr(tick, "sample", None) if tick else None
         body = {
@@ -117,7 +149,7 @@ class HTTPServer:
             "runtime": {"sandboxes": len(state.sandboxes), "containers": len(state.containers)},
             "last_tick": {"at": tick.at, "age_s": round(time.time() - tick.at, 3)} if tick else None,
             "last_metrics": _jsonable(sample),
-            "status": _jsonable(self.ctx.status),
+            "status": _jsonable(self.view.status),
         }
         return web.json_response(body, dumps=_dumps)
 
@@ -127,7 +159,7 @@ class HTTPServer:
             limit = int(request.query.get("limit", "500"))
         except ValueError:
             raise web.HTTPBadRequest(text="limit must be an integer") from None
-        items = self.ctx.decisions.recent(limit, request.query.get("strategy"))
+        items = self.view.decisions.recent(limit, request.query.get("strategy"))
         return web.json_response([d.as_dict() for d in items], dumps=_dumps)
 
 

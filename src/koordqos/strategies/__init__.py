@@ -1,23 +1,55 @@
 """koordqos.strategies: the QoS manager (strategy framework) and its strategies.
 
-`setup(ctx)` builds every registered strategy (registry.py; CPUSuppress, CPUEvict, MemoryEvict, …) and
-returns the `QoSManager` component, which subscribes each enabled one to metric ticks. It reads the
-services "metric_store", "topology", "cgroup_layout", "cgroup_reader", "executor" and "evictor".
+`build_qos_manager` builds every registered strategy (registry.py; CPUSuppress, CPUEvict, MemoryEvict, …)
+into the `QoSManager` component, which subscribes each enabled one to metric ticks. Strategies read and act
+through one typed `StrategyEnv` (layout, reader, executor, metric store, topology, host actuator, evictor).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from koordqos.agent import AgentContext, Component
+    from koordqos.cgroups.executor import CgroupExecutor
+    from koordqos.cgroups.layout import CgroupLayout
+    from koordqos.cgroups.reader import CgroupReader
+    from koordqos.config import AgentConfig
+    from koordqos.decisions import DecisionLog
+    from koordqos.events.bus import EventBus
+    from koordqos.host import HostActuator
+    from koordqos.metrics.store import MetricStore
+    from koordqos.metrics.topology import CpuTopology
+    from koordqos.strategies.framework import Evictor, QoSManager
 
 
-def setup(ctx: AgentContext) -> list[Component]:
-    """Contribute the QoS manager component (services are looked up when strategies run)."""
-    from koordqos.strategies.framework import QoSManager
+def build_qos_manager(
+    *,
+    config: AgentConfig,
+    bus: EventBus,
+    decisions: DecisionLog,
+    status: MutableMapping[str, Any],
+    layout: CgroupLayout,
+    reader: CgroupReader,
+    executor: CgroupExecutor,
+    host: HostActuator,
+    metric_store: MetricStore,
+    topology: CpuTopology | None,
+    evictor: Evictor | None,
+) -> QoSManager:
+    """The QoS manager component over every registered strategy."""
+    from koordqos.strategies.framework import QoSManager, StrategyEnv
     from koordqos.strategies.registry import build_all
 
-    manager = QoSManager(ctx, build_all())
-    ctx.services["qos_manager"] = manager
-    return [manager]
+    env = StrategyEnv(
+        config=config,
+        decisions=decisions,
+        layout=layout,
+        reader=reader,
+        executor=executor,
+        store=metric_store,
+        host=host,
+        topology=topology,
+        evictor=evictor,
+    )
+    return QoSManager(env, bus, build_all(), status=status)

@@ -4,7 +4,7 @@
 floored by `cpuSuppressMinPercent`. The `cfsQuota` policy turns it into the besteffort dir's quota (with a
 1 % bypass and a 10 %-of-capacity step-up limit); the `cpuset` policy into a set of CPUs picked from the
 LSR and LS pools (LSE CPUs never go to BE). When the NodeSLO switch is off, both are recovered.
-Pure: `CPUSuppress.plan` turns inputs into `CgroupSet` intents; the framework reads and writes.
+Pure: `CPUSuppress.plan` turns inputs into `CgroupWrite` intents; the framework reads and writes.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from enum import StrEnum
 
 from prometheus_client import Gauge
 
+from koordqos.cgroups.executor import CgroupWrite, Level
 from koordqos.config import AgentConfig
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
@@ -34,7 +35,7 @@ from koordqos.strategies.intents import (
     REASON_ADJUST_BE_BY_NODE_CPU_USAGE,
     REASON_UPDATE_CPU,
     BEDir,
-    CgroupSet,
+    level_of,
 )
 from koordqos.strategies.usage import (
     calculate_filter_pods_used,
@@ -217,7 +218,7 @@ def recovery_cpuset(
 class SuppressPlan:
     """One round's outcome: writes in order, and what was computed (for decisions and tests)."""
 
-    writes: list[CgroupSet] = field(default_factory=list)
+    writes: list[CgroupWrite] = field(default_factory=list)
     suppress_milli: int | None = None
     skipped: str = ""
 
@@ -289,7 +290,7 @@ class CPUSuppress:
 
     def adjust_by_cfs_quota(
         self, inp: SuppressInputs, suppress_milli: int, capacity_milli: int
-    ) -> list[CgroupSet]:
+    ) -> list[CgroupWrite]:
         """Set the besteffort quota to the suppress amount (bypass and step limits applied)."""
         if inp.be_quota is None or not inp.be_dirs:
             return []
@@ -298,30 +299,29 @@ class CPUSuppress:
             return []
         BE_SUPPRESS_CORES.labels(Policy.CFS_QUOTA.value).set(new / CFS_PERIOD)
         return [
-            CgroupSet(
+            CgroupWrite(
                 inp.be_dirs[0].path,
                 CFS_QUOTA,
                 str(new),
+                Level.QOS,
                 cacheable=False,
                 reason=REASON_ADJUST_BE_BY_NODE_CPU_USAGE,
-                old=str(inp.be_quota),
             )
         ]
 
-    def recover_cfs_quota(self, inp: SuppressInputs) -> list[CgroupSet]:
+    def recover_cfs_quota(self, inp: SuppressInputs) -> list[CgroupWrite]:
         """recoverCFSQuotaIfNeed: write -1 once unless already recovered."""
         if self.statuses.get(Policy.CFS_QUOTA) is Status.RECOVERED or not inp.be_dirs:
             return []
         self.statuses[Policy.CFS_QUOTA] = Status.RECOVERED
-        old = None if inp.be_quota is None else str(inp.be_quota)
         return [
-            CgroupSet(
+            CgroupWrite(
                 inp.be_dirs[0].path,
                 CFS_QUOTA,
                 str(UNSET_QUOTA),
+                Level.QOS,
                 cacheable=False,
                 reason=REASON_UPDATE_CPU,
-                old=old,
             )
         ]
 
@@ -344,21 +344,21 @@ class CPUSuppress:
 
     def recover_cpuset(
         self, inp: SuppressInputs, pod_cpusets: Mapping[str, frozenset[int]], max_depth: int
-    ) -> list[CgroupSet]:
+    ) -> list[CgroupWrite]:
         """recoverCPUSetIfNeed: write the full BE cpuset to every BE dir down to `max_depth` (top-down)."""
         self.statuses[Policy.CPUSET] = Status.RECOVERED
         if not inp.processors:
             return []
         value = format_cpuset(self.be_cpuset(inp, pod_cpusets))
         return [
-            CgroupSet(d.path, CPUSET_CPUS, value, cacheable=True, reason=REASON_UPDATE_CPU, level=d.depth)
+            CgroupWrite(d.path, CPUSET_CPUS, value, level_of(d.depth), reason=REASON_UPDATE_CPU)
             for d in inp.be_dirs
             if d.depth <= max_depth
         ]
 
     def recover_cpuset_for_be_cpu_manager(
         self, inp: SuppressInputs, pod_cpusets: Mapping[str, frozenset[int]]
-    ) -> list[CgroupSet]:
+    ) -> list[CgroupWrite]:
         """Full BE cpuset everywhere except containers of pods the scheduler bound to CPUs or NUMA nodes."""
         self.statuses[Policy.CPUSET] = Status.RECOVERED
         if not inp.processors:
@@ -372,13 +372,13 @@ class CPUSuppress:
             if d.depth == CONTAINER_DEPTH and any(pd and pd in d.path for pd in bound_dirs):
                 continue
             writes.append(
-                CgroupSet(d.path, CPUSET_CPUS, value, cacheable=True, reason=REASON_UPDATE_CPU, level=d.depth)
+                CgroupWrite(d.path, CPUSET_CPUS, value, level_of(d.depth), reason=REASON_UPDATE_CPU)
             )
         return writes
 
     def adjust_by_cpuset(
         self, inp: SuppressInputs, suppress_milli: int, pod_cpusets: Mapping[str, frozenset[int]]
-    ) -> list[CgroupSet]:
+    ) -> list[CgroupWrite]:
         """Shrink (or grow, step-limited) the BE cpuset to ceil(suppress) CPUs from the LSR and LS pools."""
         if inp.be_cpuset is None:
             return []
@@ -399,7 +399,7 @@ class CPUSuppress:
 
     def apply_be_cpuset(
         self, inp: SuppressInputs, picked: Sequence[int], pod_cpusets: Mapping[str, frozenset[int]]
-    ) -> list[CgroupSet]:
+    ) -> list[CgroupWrite]:
         """applyBESuppressCPUSet: static kubelet policy → containers only; else loosen down, set up."""
         new = format_cpuset(picked)
         BE_SUPPRESS_CORES.labels(Policy.CPUSET.value).set(len(set(picked)))
@@ -407,19 +407,16 @@ class CPUSuppress:
         if inp.cpu_manager_policy == "static":
             writes = self.recover_cpuset(inp, pod_cpusets, POD_DEPTH)
             writes += [
-                CgroupSet(d.path, CPUSET_CPUS, new, cacheable=True, reason=reason, level=d.depth)
+                CgroupWrite(d.path, CPUSET_CPUS, new, level_of(d.depth), reason=reason)
                 for d in inp.be_dirs
                 if d.depth == CONTAINER_DEPTH
             ]
             return writes
         dirs = [d for d in inp.be_dirs if d.depth <= CONTAINER_DEPTH]
         merged = format_cpuset(set(inp.be_cpuset or ()) | set(picked))
-        writes = [
-            CgroupSet(d.path, CPUSET_CPUS, merged, cacheable=True, reason=reason, level=d.depth) for d in dirs
-        ]
+        writes = [CgroupWrite(d.path, CPUSET_CPUS, merged, level_of(d.depth), reason=reason) for d in dirs]
         writes += [
-            CgroupSet(d.path, CPUSET_CPUS, new, cacheable=True, reason=reason, level=d.depth)
-            for d in reversed(dirs)
+            CgroupWrite(d.path, CPUSET_CPUS, new, level_of(d.depth), reason=reason) for d in reversed(dirs)
         ]
         return writes
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,18 +19,24 @@ import structlog
 from prometheus_client import Counter, Histogram
 
 from koordqos import observability as obs
-from koordqos.cgroups.executor import CgroupWrite, Level, WriteResult
+from koordqos.cgroups.executor import CgroupExecutor, CgroupWrite, WriteResult
+from koordqos.cgroups.layout import CgroupLayout
+from koordqos.cgroups.reader import CgroupReader
 from koordqos.config import AgentConfig
 from koordqos.decisions import DecisionLog
 from koordqos.errors import CgroupError
+from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
+from koordqos.host import HostActuator
+from koordqos.metrics.store import MetricStore
+from koordqos.metrics.topology import CpuTopology
 from koordqos.model.pod import PodInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.once import SeenOnce
 from koordqos.state import NodeState
 from koordqos.strategies.cpupick import Processor
 from koordqos.strategies.eviction import EVICTED_REASON, EvictionOutcome, EvictTask, kill_and_evict
-from koordqos.strategies.intents import BEDir, CgroupSet
+from koordqos.strategies.intents import BEDir
 
 log = structlog.get_logger("koordqos.strategies")
 
@@ -85,11 +91,22 @@ class QoSStrategy(Protocol):
 
 @dataclass
 class StrategyEnv:
-    """What strategies read and act through: metrics, topology, cgroups (via executor), evictor, decisions."""
+    """What strategies read and act through, typed: built once from the agent's services.
+
+    Readers: `layout` (cgroup dirs), `reader` (cgroup files), `store` (metrics), `topology` (CPUs, None
+    when unknown). Actuators: `executor` (cgroup writes), `host` (sysctl, oom_score_adj, cookies),
+    `evictor` (None: evictions are only recorded). `clock` is the monotonic time strategies plan with.
+    """
 
     config: AgentConfig
     decisions: DecisionLog
-    services: dict[str, Any]
+    layout: CgroupLayout
+    reader: CgroupReader
+    executor: CgroupExecutor
+    store: MetricStore
+    host: HostActuator
+    topology: CpuTopology | None = None
+    evictor: Evictor | None = None
     clock: Callable[[], float] = time.monotonic
     _warned: SeenOnce[str] = field(default_factory=SeenOnce)
 
@@ -103,7 +120,7 @@ class StrategyEnv:
         """Record decisions, change nothing."""
         return self.decisions.dry_run
 
-    def warn_once(self, key: str, message: str, **kw: Any) -> None:
+    def warn_once(self, key: str, message: str, **kw: object) -> None:
         """Log a warning the first time `key` is seen (bad config repeats every tick)."""
         if self._warned.first(key):
             log.warning(message, **kw)
@@ -112,35 +129,29 @@ class StrategyEnv:
         """Let `key` warn again (the condition went away)."""
         self._warned.discard(key)
 
-    # -- metrics / topology --------------------------------------------------------------------------------
+    # -- topology ------------------------------------------------------------------------------------------
 
-    @property
-    def store(self) -> Any:
-        """The MetricStore."""
-        return self.services["metric_store"]
+    def cpu_count(self) -> int | None:
+        """How many CPUs the node has (None when the topology is unknown)."""
+        return None if self.topology is None else len(self.topology.cpus)
 
     def processors(self) -> list[Processor]:
         """The node's CPUs with core, socket and NUMA node (empty when unknown)."""
-        topo = self.services.get("topology")
-        if topo is None:
+        if self.topology is None:
             return []
-        return [Processor(c.cpu, c.core, c.socket, c.node) for c in topo.cpus]
+        return [Processor(c.cpu, c.core, c.socket, c.node) for c in self.topology.cpus]
 
     # -- cgroups -------------------------------------------------------------------------------------------
 
-    def be_dir(self) -> str | None:
-        """Relative dir of the besteffort QoS cgroup (None without a cgroup layout)."""
-        layout = self.services.get("cgroup_layout")
-        return None if layout is None else str(layout.qos_dir(KubeQoS.BESTEFFORT))
+    def be_dir(self) -> str:
+        """Relative dir of the besteffort QoS cgroup."""
+        return str(self.layout.qos_dir(KubeQoS.BESTEFFORT))
 
     def be_cpuset_dirs(self, max_depth: int = 2) -> list[BEDir]:
         """The besteffort dir and its sub-dirs down to `max_depth`, in walk order (sorted, pre-order)."""
-        layout = self.services.get("cgroup_layout")
         root = self.be_dir()
-        if layout is None or root is None:
-            return []
         try:
-            base = layout.subsystem_dir(root, "cpuset")
+            base = self.layout.subsystem_dir(root, "cpuset")
         except CgroupError:
             return []
         if not base.is_dir():
@@ -164,56 +175,43 @@ class StrategyEnv:
 
     def be_quota(self) -> int | None:
         """The besteffort dir's current cfs quota (µs; −1 unlimited), None when unreadable."""
-        reader = self.services.get("cgroup_reader")
-        root = self.be_dir()
-        if reader is None or root is None:
-            return None
-        qp = reader.cpu_quota_period(root)
+        qp = self.reader.cpu_quota_period(self.be_dir())
         return None if qp is None else int(qp[0])
 
     def be_cpuset(self) -> tuple[int, ...] | None:
         """The besteffort dir's current cpuset.cpus, None when unreadable."""
-        reader = self.services.get("cgroup_reader")
-        root = self.be_dir()
-        if reader is None or root is None:
-            return None
-        cpus = reader.cpuset(root)
+        cpus = self.reader.cpuset(self.be_dir())
         return None if cpus is None else tuple(sorted(cpus))
 
     def pod_dir(self, pod: PodInfo) -> str | None:
-        """A pod's relative cgroup dir (None for a hostile uid or without a layout)."""
-        layout = self.services.get("cgroup_layout")
-        if layout is None:
-            return None
+        """A pod's relative cgroup dir (None for a hostile uid)."""
         try:
-            return str(layout.pod_dir(pod))
+            return str(self.layout.pod_dir(pod))
         except CgroupError:
             return None
 
-    async def apply(self, strategy: str, writes: Sequence[CgroupSet]) -> list[WriteResult]:
-        """Hand writes to the executor in order (consecutive writes with the same reason go as one batch)."""
-        executor = self.services.get("executor")
+    def container_dir(self, pod_dir: str, container_id: str) -> str:
+        """A container's relative cgroup dir in `pod_dir` (CgroupError for a hostile id)."""
+        return str(self.layout.container_dir_in(pod_dir, container_id))
+
+    async def apply(
+        self, strategy: str, writes: Sequence[CgroupWrite], reason: str = ""
+    ) -> list[WriteResult]:
+        """Hand writes to the executor in order, in chunks (a write's own reason goes to the decisions)."""
         results: list[WriteResult] = []
-        if executor is None or not writes:
-            return results
-        batch: list[CgroupWrite] = []
-        reason = writes[0].reason
-        for w in writes:
-            if batch and (w.reason != reason or len(batch) >= APPLY_CHUNK):
-                results += await executor.apply_sequential(strategy, batch, reason)
+        for start in range(0, len(writes), APPLY_CHUNK):
+            if start:
                 await asyncio.sleep(0)  # hundreds of cpuset dirs: never hold the loop for one long step
-                batch = []
-            reason = w.reason
-            batch.append(CgroupWrite(w.dir, w.resource, w.value, Level(min(w.level, 2)), w.cacheable))
-        if batch:
-            results += await executor.apply_sequential(strategy, batch, reason)
+            results += await self.executor.apply_sequential(
+                strategy, writes[start : start + APPLY_CHUNK], reason
+            )
         return results
 
     # -- evictions -----------------------------------------------------------------------------------------
 
     async def evict(self, strategy: str, tasks: Sequence[EvictTask], audit_reason: str) -> EvictionOutcome:
         """Run the eviction pass over `tasks` through the evictor (dry-run: the evictor only records)."""
-        evictor: Evictor | None = self.services.get("evictor")
+        evictor = self.evictor
         for task in tasks:
             self.decisions.record(
                 strategy,
@@ -257,10 +255,18 @@ class QoSManager:
     name = "qos-manager"
     essential = False
 
-    def __init__(self, ctx: Any, strategies: Iterable[QoSStrategy]) -> None:
-        self.ctx = ctx
-        self.env = StrategyEnv(ctx.config, ctx.decisions, ctx.services)
-        cfg: AgentConfig = ctx.config
+    def __init__(
+        self,
+        env: StrategyEnv,
+        bus: EventBus,
+        strategies: Iterable[QoSStrategy],
+        *,
+        status: MutableMapping[str, Any] | None = None,
+    ) -> None:
+        self.env = env
+        self.bus = bus
+        self.status: MutableMapping[str, Any] = {} if status is None else status  # /readyz, /debug/state
+        cfg = env.config
         self.runners: dict[str, _Runner] = {}
         self.disabled: list[str] = []
         for s in strategies:
@@ -276,10 +282,10 @@ class QoSManager:
             return
         self._subscribed = True
         for name, runner in self.runners.items():
-            self.ctx.bus.subscribe(f"qos:{name}", self._handler(runner), MetricTick)
+            self.bus.subscribe(f"qos:{name}", self._handler(runner), MetricTick)
         log.info("qos manager started", enabled=list(self.runners), disabled=self.disabled)
 
-    def _handler(self, runner: _Runner) -> Callable[[MetricTick, NodeState], Any]:
+    def _handler(self, runner: _Runner) -> Callable[[MetricTick, NodeState], Awaitable[None]]:
         async def handle(event: MetricTick, state: NodeState) -> None:
             await self.tick(runner, state)
 
@@ -316,5 +322,5 @@ class QoSManager:
     async def run(self) -> None:
         """Subscribe, then idle: rounds run on the bus subscriber tasks."""
         self.subscribe()
-        self.ctx.status["qos"] = {"enabled": list(self.runners), "disabled": self.disabled}
+        self.status["qos"] = {"enabled": list(self.runners), "disabled": self.disabled}
         await asyncio.Event().wait()

@@ -1,8 +1,13 @@
-"""What strategies return: cgroup writes (for the cgroup executor); eviction tasks live in eviction.py."""
+"""Names and dirs strategies plan with; the intent itself is `cgroups.executor.CgroupWrite`.
+
+Eviction tasks live in eviction.py.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from koordqos.cgroups.executor import Level
 
 CPUSET_CPUS = "cpuset.cpus"
 CFS_QUOTA = "cpu.cfs_quota_us"
@@ -25,17 +30,6 @@ class BEDir:
     depth: int
 
 
-@dataclass(frozen=True, slots=True)
-class CgroupSet:
-    """Write `value` to logical resource `resource` of cgroup dir `dir` (relative to the controller root).
-
-    `cacheable` writes may be skipped by the executor when the same value was written recently.
-    """
-
-    dir: str
-    resource: str
-    value: str
-    cacheable: bool
-    reason: str
-    old: str | None = None
-    level: int = 0  # depth below the besteffort dir: 0 QoS dir, 1 pod, 2 container
+def level_of(depth: int) -> Level:
+    """The executor level of a dir `depth` below the besteffort dir (0 QoS, 1 pod, 2 and deeper container)."""
+    return Level(min(depth, Level.CONTAINER))

@@ -1,6 +1,7 @@
 """A fake Kubernetes API server for tests: real HTTP (aiohttp) on 127.0.0.1, speaking the real wire format.
 
-Served: pods (namespaced), nodes, NodeSLOs (`slo.koordinator.sh/v1alpha1`, cluster scoped) and events:
+Served: pods (namespaced), nodes, NodeSLOs and NodeMetrics (`slo.koordinator.sh/v1alpha1`),
+NodeResourceTopologies (`topology.node.k8s.io/v1alpha1`; all cluster scoped) and events:
 * list with `resourceVersion`, `limit`/`continue` pagination and `fieldSelector` (`a=b`, `a!=b`, comma = AND;
   `metadata.name`, `metadata.namespace`, `spec.nodeName`, any dotted path);
 * watch (`?watch=true`) from a resourceVersion: replays history newer than it, then streams ADDED / MODIFIED /
@@ -9,7 +10,10 @@ Served: pods (namespaced), nodes, NodeSLOs (`slo.koordinator.sh/v1alpha1`, clust
 * `POST .../pods/{name}/eviction` → 201 (pod deleted), 429 when a PodDisruptionBudget blocks it
   (`block_eviction`), 404 when absent, 409 when the UID precondition does not match;
 * `POST /api/v1/namespaces/{ns}/events` → 201, kept in `events`;
-* GET/PUT/DELETE of single objects.
+* GET/PUT/DELETE of single objects, POST to create (409 AlreadyExists), JSON merge-PATCH; a PUT or PATCH
+  whose `metadata.resourceVersion` is not the stored one → 409 Conflict; PUT of an absent object → 404;
+* the `status` subresource of pods, nodes and NodeMetrics: a write to the main resource keeps the stored
+  status, a write to `/status` changes only the status.
 
 Test controls: `upsert`, `delete`, `compact`, `drop_watches` (abort every open watch connection),
 `stall_watches` (open watches stop receiving anything, connections stay up), `restart` (stop, optionally lose
@@ -24,7 +28,7 @@ import copy
 import itertools
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +36,11 @@ from typing import Any
 
 from aiohttp import web
 
+from koordqos.testing.fake_objects import make_node, make_nodemetric, make_nodeslo, make_pod
+
 NODESLO_GROUP_PATH = "/apis/slo.koordinator.sh/v1alpha1"
+GROUP_PATHS = ("/apis/slo.koordinator.sh/v1alpha1", "/apis/topology.node.k8s.io/v1alpha1")
+__all__ = ["KINDS", "FakeAPIServer", "Kind", "make_node", "make_nodemetric", "make_nodeslo", "make_pod"]
 
 
 @dataclass(frozen=True)
@@ -43,14 +51,32 @@ class Kind:
     kind: str
     api_version: str
     namespaced: bool
+    status_subresource: bool = False
 
 
 KINDS = {
-    "pods": Kind("pods", "Pod", "v1", True),
-    "nodes": Kind("nodes", "Node", "v1", False),
+    "pods": Kind("pods", "Pod", "v1", True, True),
+    "nodes": Kind("nodes", "Node", "v1", False, True),
     "nodeslos": Kind("nodeslos", "NodeSLO", "slo.koordinator.sh/v1alpha1", False),
+    "nodemetrics": Kind("nodemetrics", "NodeMetric", "slo.koordinator.sh/v1alpha1", False, True),
+    "noderesourcetopologies": Kind(
+        "noderesourcetopologies", "NodeResourceTopology", "topology.node.k8s.io/v1alpha1", False
+    ),
     "events": Kind("events", "Event", "v1", True),
 }
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge recursively, null deletes a key, anything else replaces."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
 
 
 @dataclass
@@ -70,6 +96,7 @@ class _Failure:
     status: int
     remaining: int
     method: str | None = None
+    retry_after: int | None = None
 
 
 def _parse_selector(text: str) -> list[tuple[str, str, bool]]:
@@ -248,10 +275,15 @@ class FakeAPIServer:
             self.pdb_blocked.discard((namespace, name))
 
     def fail_next(
-        self, path_contains: str, status: int = 500, times: int = 1, method: str | None = None
+        self,
+        path_contains: str,
+        status: int = 500,
+        times: int = 1,
+        method: str | None = None,
+        retry_after: int | None = None,
     ) -> None:
         """Answer the next `times` requests whose path contains `path_contains` with `status`."""
-        self._failures.append(_Failure(path_contains, status, times, method))
+        self._failures.append(_Failure(path_contains, status, times, method, retry_after))
 
     def count_requests(self, predicate: Callable[[str, str, dict[str, str]], bool]) -> int:
         """How many logged requests match."""
@@ -278,7 +310,7 @@ class FakeAPIServer:
         parts = [p for p in path.split("/") if p]
         if parts[:2] == ["api", "v1"]:
             rest = parts[2:]
-        elif "/" + "/".join(parts[:3]) == NODESLO_GROUP_PATH:
+        elif "/" + "/".join(parts[:3]) in GROUP_PATHS:
             rest = parts[3:]
         else:
             return None
@@ -300,8 +332,10 @@ class FakeAPIServer:
         for f in self._failures:
             if f.remaining > 0 and f.path_contains in request.path and f.method in (None, request.method):
                 f.remaining -= 1
+                reason = {409: "Conflict", 429: "TooManyRequests"}.get(f.status, "InternalError")
+                headers = {"Retry-After": str(f.retry_after)} if f.retry_after is not None else None
                 return web.json_response(
-                    _status(f.status, "InternalError", "injected failure"), status=f.status
+                    _status(f.status, reason, "injected failure"), status=f.status, headers=headers
                 )
         route = self._route(request.path)
         if route is None:
@@ -328,16 +362,69 @@ class FakeAPIServer:
             if obj is None:
                 return web.json_response(_status(404, "NotFound", f'{plural} "{name}" not found'), status=404)
             return web.json_response(obj)
-        if request.method in ("PUT", "POST"):
-            body = await request.json()
-            return web.json_response(
-                self.upsert(plural, body), status=201 if request.method == "POST" else 200
-            )
+        if request.method in ("PUT", "POST", "PATCH"):
+            return await self._write(request, plural, key, sub)
         if request.method == "DELETE" and name:
             if not self.delete(plural, name, namespace or "default"):
                 return web.json_response(_status(404, "NotFound", f'{plural} "{name}" not found'), status=404)
             return web.json_response(_status(200, "", ""))
         return web.json_response(_status(405, "MethodNotAllowed", "method not allowed"), status=405)
+
+    async def _write(
+        self, request: web.Request, plural: str, key: tuple[str, str], sub: str | None
+    ) -> web.Response:
+        """POST (create), PUT (replace) and merge-PATCH with resourceVersion and status-subresource rules."""
+        kind = KINDS[plural]
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response(_status(400, "BadRequest", "invalid JSON body"), status=400)
+        if not isinstance(body, dict):
+            return web.json_response(_status(400, "BadRequest", "expected a JSON object"), status=400)
+        stored = self.objects[plural].get(key)
+        name = key[1] or str((body.get("metadata") or {}).get("name", ""))
+        if request.method == "POST":
+            if sub is not None:
+                return web.json_response(
+                    _status(405, "MethodNotAllowed", "cannot create a subresource"), status=405
+                )
+            if self.objects[plural].get((key[0], name)) is not None:
+                msg = f'{plural} "{name}" already exists'
+                return web.json_response(_status(409, "AlreadyExists", msg), status=409)
+            created = self.upsert(plural, body)
+            return web.json_response(created, status=201)
+        if stored is None:
+            return web.json_response(_status(404, "NotFound", f'{plural} "{name}" not found'), status=404)
+        if sub not in (None, "status") or (sub == "status" and not kind.status_subresource):
+            return web.json_response(_status(404, "NotFound", f"no subresource {sub!r}"), status=404)
+        if request.method == "PATCH":
+            body = merge_patch(stored, body)
+        want_rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        current_rv = str(stored["metadata"].get("resourceVersion", ""))
+        if want_rv and want_rv != current_rv:
+            msg = (
+                f'Operation cannot be fulfilled on {plural} "{name}": the object has been modified; '
+                "please apply your changes to the latest version and try again"
+            )
+            return web.json_response(_status(409, "Conflict", msg), status=409)
+        new = copy.deepcopy(stored)
+        if sub == "status":
+            new["status"] = copy.deepcopy(body.get("status"))
+            if new["status"] is None:
+                del new["status"]
+        else:
+            new = copy.deepcopy(body)
+            new["metadata"] = {**body.get("metadata", {}), "uid": stored["metadata"].get("uid")}
+            new["metadata"].pop("resourceVersion", None)
+            if kind.status_subresource:  # the main resource cannot change the status
+                new.pop("status", None)
+                if "status" in stored:
+                    new["status"] = copy.deepcopy(stored["status"])
+        same = copy.deepcopy(stored)
+        same["metadata"].pop("resourceVersion", None)
+        if new == same:  # a no-op write does not bump the resourceVersion
+            return web.json_response(copy.deepcopy(stored))
+        return web.json_response(self.upsert(plural, new))
 
     def _list(self, plural: str, namespace: str | None, query: dict[str, str]) -> web.Response:
         kind = KINDS[plural]
@@ -469,76 +556,3 @@ class FakeAPIServer:
         return web.json_response(
             {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}, status=201
         )
-
-
-def make_pod(
-    name: str,
-    node: str,
-    namespace: str = "default",
-    qos: str | None = None,
-    uid: str | None = None,
-    requests: dict[str, str] | None = None,
-    limits: dict[str, str] | None = None,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    priority: int | None = None,
-    phase: str = "Running",
-) -> dict[str, Any]:
-    """A realistic pod dict for the fake server (one container `main`)."""
-    lbl = dict(labels or {})
-    if qos:
-        lbl["koordinator.sh/qosClass"] = qos
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": lbl}
-    meta["annotations"] = annotations or {}
-    if uid:
-        meta["uid"] = uid
-    spec: dict[str, Any] = {
-        "nodeName": node,
-        "containers": [
-            {
-                "name": "main",
-                "image": "busybox",
-                "resources": {"requests": requests or {}, "limits": limits or {}},
-            }
-        ],
-    }
-    if priority is not None:
-        spec["priority"] = priority
-    status = {
-        "phase": phase,
-        "containerStatuses": [
-            {
-                "name": "main",
-                "containerID": f"containerd://{uuid.uuid4().hex}",
-                "state": {"running": {"startedAt": "2024-01-01T00:00:00Z"}},
-            }
-        ],
-    }
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
-
-
-def make_node(
-    name: str,
-    cpu: str = "8",
-    memory: str = "16Gi",
-    annotations: dict[str, str] | None = None,
-    labels: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """A Node dict with capacity = allocatable."""
-    res = {"cpu": cpu, "memory": memory, "pods": "110"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
-        "status": {"capacity": dict(res), "allocatable": dict(res)},
-    }
-
-
-def make_nodeslo(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """A NodeSLO dict."""
-    return {
-        "apiVersion": "slo.koordinator.sh/v1alpha1",
-        "kind": "NodeSLO",
-        "metadata": {"name": name},
-        "spec": spec,
-    }

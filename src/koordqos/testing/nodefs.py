@@ -216,18 +216,19 @@ class SyntheticNode:
         kv["nr_throttled"] += throttled
         self._write_kv(path, kv)
 
-    def set_memory(self, rel: str, usage: int, inactive_file: int = 0) -> None:
-        """Set the cgroup's memory usage and inactive file pages."""
-        if self.version is CgroupVersion.V1:
-            self.write(rel, "memory", "memory.usage_in_bytes", usage)
-            stat = self.path(rel, "memory", "memory.stat")
-            kv = self._kv(stat)
-            kv["total_inactive_file"] = inactive_file
-        else:
-            self.write(rel, "memory", "memory.current", usage)
-            stat = self.path(rel, "memory", "memory.stat")
-            kv = self._kv(stat)
-            kv["inactive_file"] = inactive_file
+    def set_memory(
+        self, rel: str, usage: int, inactive_file: int = 0, anon: int | None = None, active_file: int = 0
+    ) -> None:
+        """Set the cgroup's memory usage and page counts (`anon`: active anonymous pages, if given)."""
+        v1 = self.version is CgroupVersion.V1
+        self.write(rel, "memory", "memory.usage_in_bytes" if v1 else "memory.current", usage)
+        stat = self.path(rel, "memory", "memory.stat")
+        kv = self._kv(stat)
+        p = "total_" if v1 else ""
+        kv[p + "inactive_file"] = inactive_file
+        if anon is not None:
+            kv[p + "active_anon"] = anon
+            kv[p + "active_file"] = active_file
         self._write_kv(stat, kv)
 
     def advance_node_cpu(self, busy_ticks: int, idle_ticks: int) -> None:

@@ -1,0 +1,122 @@
+"""NRI under the real runtime code: koordqos vs a compiled Go plugin, CreateContainer p50/p99 and their ratio.
+
+The runtime side is `tests/go/nripeer`, containerd/nri's own `pkg/adaptation` (what containerd runs) in
+bench mode: one RunPodSandbox of a BE pod with batch resources, then N CreateContainer calls, each timed
+around `adaptation.CreateContainer`. The plugins:
+* koordqos: the agent as a real subprocess (`python -m koordqos run`, local mode, default gates) on a
+  synthetic node tree, so its pod-level writes land in a temp dir;
+* the yardstick: `tests/go/stubplugin`, a compiled plugin on `pkg/stub` filling the same three batch values.
+Each run measures both, one after the other; the figures are medians over runs. Needs Go (skips otherwise).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import machine, median, percentile, table
+from koordqos.testing.gopeer import GoUnavailable, build, run_peer
+from koordqos.testing.nodefs import SyntheticNode
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_UID = "0b3e2c1a-bench-4e2a-9c1d-000000000001"  # tests/go/nripeer/bench.go
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def one(peer: Path, plugin: str, stub: Path, calls: int) -> dict[str, float]:
+    """One measurement of `plugin` ("koordqos" | "stub"): p50/p99 in µs."""
+    tmp = Path(tempfile.mkdtemp(prefix="kqnrireal-", dir="/tmp"))
+    sock = tmp / "nri.sock"
+    try:
+        node = SyntheticNode(tmp / "node")
+        node.make_cgroup(f"kubepods/besteffort/pod{BENCH_UID}")
+
+        def start() -> subprocess.Popen[bytes]:
+            if plugin == "stub":
+                cmd = [str(stub), "-socket", str(sock)]
+            else:
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "koordqos",
+                    "run",
+                    "--nri-socket",
+                    str(sock),
+                    "--cgroup-root",
+                    str(node.cgroup_root),
+                    "--proc-root",
+                    str(node.proc_root),
+                    "--sys-root",
+                    str(node.sys_root),
+                    "--http-addr",
+                    f"127.0.0.1:{_port()}",
+                    "--log-level",
+                    "warning",
+                ]
+            env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
+            env["HOME"] = str(tmp)
+            return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+        out = run_peer(peer, sock, ["-bench", str(calls)], start, timeout=600)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if out["adjusted"] != calls:
+        raise SystemExit(f"{plugin}: only {out['adjusted']} of {calls} CreateContainer replies were adjusted")
+    ns = out["ns"][calls // 10 :]  # the first tenth warms both up (imports, caches)
+    return {"p50": percentile(ns, 50) / 1e3, "p99": percentile(ns, 99) / 1e3}
+
+
+def main() -> None:
+    from _common import parser
+
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=2000)
+    args = p.parse_args()
+    calls = 300 if args.quick else args.calls
+    runs = 1 if args.quick else args.runs
+    try:
+        peer = build(REPO / "tests" / "go" / "nripeer")
+        stub = build(REPO / "tests" / "go" / "stubplugin")
+    except GoUnavailable as exc:
+        print(f"NRI real-runtime benchmark skipped: {exc}")
+        return
+    results: dict[str, list[dict[str, float]]] = {"koordqos": [], "stub": []}
+    for _ in range(runs):
+        for plugin in ("stub", "koordqos"):
+            results[plugin].append(one(peer, plugin, stub, calls))
+    load = os.getloadavg()
+    med = {pl: {k: median([r[k] for r in rs]) for k in ("p50", "p99")} for pl, rs in results.items()}
+    ratios = {k: med["koordqos"][k] / med["stub"][k] for k in ("p50", "p99")}
+    print(
+        f"NRI real runtime (containerd/nri pkg/adaptation) — {machine()}; {calls} CreateContainer calls, "
+        f"median of {runs} run(s); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+    print(
+        table(
+            [
+                ["koordqos (Python)", f"{med['koordqos']['p50']:.0f} µs", f"{med['koordqos']['p99']:.0f} µs"],
+                ["Go plugin on pkg/stub", f"{med['stub']['p50']:.0f} µs", f"{med['stub']['p99']:.0f} µs"],
+                ["ratio koordqos / Go", f"{ratios['p50']:.2f}×", f"{ratios['p99']:.2f}×"],
+            ],
+            ["CreateContainer through pkg/adaptation", "p50", "p99"],
+        )
+    )
+    per_run = [
+        f"{k['p50']:.0f}/{k['p99']:.0f} vs {s['p50']:.0f}/{s['p99']:.0f}"
+        for k, s in zip(results["koordqos"], results["stub"], strict=True)
+    ]
+    print("per run (koordqos p50/p99 vs Go p50/p99, µs): " + "; ".join(per_run))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""The hook core: how one runtime call (an NRI request, a proxy RPC) runs its hooks.
+
+`run_call` bounds a call by its deadline and applies the failure policy to it; `run_stage` runs the hooks of
+one stage on one context; `HookCore` adds what every protocol shares (rules refreshed from NodeState, the pod
+cgroup writes before the reply, the reply's decision record). The protocol adapters (`nri/convert.py`,
+`proxy/service.py`) only translate messages into contexts and contexts into replies. This module is the one
+place that knows the rules:
+
+* hooks run in name order on one context; a hook that raises is logged and counted, then skipped under
+  `Ignore`, or fails the call with HookError under `Fail` (before anything is written or replied);
+* the deadline is checked after every hook (a synchronous hook cannot be interrupted) and bounds every await
+  (`asyncio.timeout`): past it no further hook runs and nothing more is written; under `Ignore` the call
+  returns what the completed hooks contributed, under `Fail` it raises TimeoutException. The caller always
+  answers its runtime in time;
+* a failure of the call's own work (a conversion, a write) counts as a hook failure under the same policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from prometheus_client import Counter, Histogram
+
+from koordqos import observability as obs
+from koordqos.cgroups.executor import CgroupExecutor
+from koordqos.config import FailurePolicy
+from koordqos.decisions import DecisionLog
+from koordqos.errors import HookError, TimeoutException
+from koordqos.hooks.completion import pod_writes
+from koordqos.hooks.context import ContainerContext, HookContext, PodContext, Stage
+from koordqos.hooks.framework import HookRegistry
+from koordqos.hooks.runtime import RuntimeHooks
+from koordqos.state import NodeState
+
+log = structlog.get_logger("koordqos.hooks")
+
+STRATEGY = "runtime-hooks"  # the decision log's strategy name for everything the runtime hooks do
+
+HOOK_SECONDS = Histogram(
+    "koordqos_runtime_hook_seconds",
+    "Duration of one runtime hook at one stage",
+    ["hook", "stage"],
+    buckets=(0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.001, 0.01),
+    registry=obs.REGISTRY,
+)
+HOOK_FAILURES = Counter(
+    "koordqos_runtime_hook_failures_total",
+    "Runtime hooks that raised, by hook and stage",
+    ["hook", "stage"],
+    registry=obs.REGISTRY,
+)
+
+
+def call_deadline(request_timeout: float, elapsed: float, timeout_nano: int = 0) -> float:
+    """Seconds a call's hooks may run: the caller's timeout minus a safety margin (20 %, at least 100 ms,
+    at most 500 ms) and minus the time already spent; never below 1 ms."""
+    budget = request_timeout
+    if timeout_nano > 0:
+        budget = min(budget, timeout_nano / 1e9)
+    margin = min(0.5, max(0.1, 0.2 * budget))
+    return max(0.001, budget - margin - elapsed)
+
+
+@dataclass(slots=True, eq=False)
+class Call:
+    """One runtime call in progress: its name (a metric label), policy, deadline, and what ran."""
+
+    name: str
+    policy: FailurePolicy
+    deadline: float  # seconds
+    end: float  # time.perf_counter() value past which nothing more runs
+    ran: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    timed_out: bool = False
+    step: str = ""  # the hook (or step) running now: named when the deadline passes
+
+    @classmethod
+    def start(cls, name: str, deadline: float, policy: FailurePolicy = "Ignore") -> Call:
+        """A call whose deadline starts now."""
+        return cls(name, policy, deadline, time.perf_counter() + deadline)
+
+    def overran(self) -> None:
+        """The deadline passed during `step`: logged and counted; raises TimeoutException under Fail."""
+        step = self.step or self.name
+        self.timed_out = True
+        obs.HOOK_ERRORS.labels(step, "timeout").inc()
+        log.warning(
+            "hook overran the request deadline",
+            hook=step,
+            request=self.name,
+            deadline_ms=round(self.deadline * 1000, 1),
+            policy=self.policy,
+        )
+        if self.policy == "Fail":
+            raise TimeoutException(f"hook {step} overran the {self.deadline * 1000:.0f} ms deadline")
+
+    def failed(self, step: str, exc: Exception) -> None:
+        """`step` raised: logged and counted; raises HookError under Fail."""
+        msg = f"{type(exc).__name__}: {exc}"
+        self.errors[step] = msg
+        obs.HOOK_ERRORS.labels(step, "error").inc()
+        log.warning("runtime hook failed", hook=step, request=self.name, error=msg, policy=self.policy)
+        if self.policy == "Fail":
+            raise HookError(f"hook {step} failed: {exc}") from exc
+
+
+def target_of(ctx: HookContext) -> str:
+    """Human-readable target of a context, for logs and decisions."""
+    if isinstance(ctx, ContainerContext):
+        r = ctx.request
+        what = "sandbox" if r.sandbox else r.container_name
+        return f"{r.pod_namespace}/{r.pod_name}/{what}"
+    return f"{ctx.request.namespace}/{ctx.request.name}"
+
+
+_TIMERS: dict[tuple[str, Stage], Any] = {}
+
+
+def _timer(name: str, stage: Stage) -> Any:
+    # labelled children resolved once: `labels()` costs more than the observation itself
+    t = _TIMERS.get((name, stage))
+    if t is None:
+        t = _TIMERS[(name, stage)] = HOOK_SECONDS.labels(name, stage.value)
+    return t
+
+
+def run_stage(registry: HookRegistry, call: Call, stage: Stage, ctx: HookContext) -> None:
+    """Run the stage's hooks on `ctx` in name order within the call's deadline and policy."""
+    if call.timed_out:
+        return  # past the deadline (Ignore): nothing more runs
+    for hook in registry.hooks(stage):
+        call.step = hook.name
+        timer = _timer(hook.name, stage)
+        start = time.perf_counter()
+        try:
+            hook.fn(ctx)
+            call.ran.append(hook.name)
+        except Exception as exc:
+            HOOK_FAILURES.labels(hook.name, stage.value).inc()
+            msg = f"{type(exc).__name__}: {exc}"
+            call.errors[hook.name] = msg
+            log.warning(
+                "runtime hook failed",
+                hook=hook.name,
+                stage=stage.value,
+                target=target_of(ctx),
+                error=msg,
+                policy=call.policy,
+            )
+            if call.policy == "Fail":
+                raise HookError(f"hook {hook.name} failed at {stage}: {exc}") from exc
+        finally:
+            now = time.perf_counter()
+            timer.observe(now - start)
+        if now > call.end:
+            call.overran()  # raises under Fail
+            return
+
+
+Body = Callable[[Call], Awaitable[None] | None]
+
+
+async def run_call(name: str, deadline: float, policy: FailurePolicy, body: Body) -> Call:
+    """Run `body` (one call's conversion, stages and reply) within `deadline` s under `policy`.
+
+    Under Fail a hook failure raises HookError and an overrun raises TimeoutException; under Ignore the call
+    returns with `timed_out` / `errors` set and whatever the completed work put into its contexts.
+    """
+    call = Call.start(name, deadline, policy)
+    started = call.end - deadline
+    try:
+        async with asyncio.timeout(deadline):
+            out = body(call)
+            if inspect.isawaitable(out):
+                await out
+        if not call.timed_out and time.perf_counter() > call.end:
+            call.overran()
+    except TimeoutError:  # asyncio.timeout fired at an await
+        call.overran()
+    except (HookError, TimeoutException):
+        raise
+    except Exception as exc:
+        call.failed(call.step or name, exc)
+    finally:
+        obs.REQUEST_SECONDS.labels(name).observe(time.perf_counter() - started)
+    return call
+
+
+class HookCore:
+    """What every protocol adapter shares: the enabled hooks, rules from NodeState, pod writes, decisions."""
+
+    def __init__(
+        self, hooks: RuntimeHooks, executor: CgroupExecutor | None, decisions: DecisionLog | None = None
+    ) -> None:
+        self.hooks = hooks
+        self.executor = executor
+        self.decisions = decisions if decisions is not None else DecisionLog()
+
+    @property
+    def dry_run(self) -> bool:
+        """Replies change nothing: the runtime gets its request back, a decision records the rest."""
+        return self.decisions.dry_run
+
+    def stage(self, call: Call, stage: Stage, ctx: HookContext, state: NodeState) -> None:
+        """Refresh the rules from `state`, then run the stage's hooks on `ctx`."""
+        self.hooks.refresh_rules(state.node_slo, state.node)
+        run_stage(self.hooks.registry, call, stage, ctx)
+
+    async def pod_stage(
+        self, call: Call, stage: Stage, ctx: PodContext, state: NodeState, reason: str
+    ) -> None:
+        """Run a pod stage, then write the pod-level values to the pod cgroup before the caller replies
+        (koordlet's injectForExt: a pod-stage reply cannot carry them)."""
+        self.stage(call, stage, ctx, state)
+        writes = pod_writes(ctx)
+        if writes and self.executor is not None and not call.timed_out:
+            call.step = "pod cgroup writes"
+            await self.executor.apply(STRATEGY, writes, reason=reason)
+
+    def record_reply(self, target: str, action: str, new: str, reason: str) -> bool:
+        """Record what a reply changes; False in dry-run (the runtime then gets nothing)."""
+        dry = self.decisions.dry_run
+        self.decisions.record(STRATEGY, target, action, None, new, reason, dry_run=dry, quiet=True)
+        return not dry
+
+    def forget_pod(self, pod_dir: str) -> None:
+        """A pod is gone: drop the executor's cached values for its cgroups."""
+        if pod_dir and self.executor is not None:
+            self.executor.invalidate(pod_dir)

@@ -1,0 +1,596 @@
+"""The reporter components: thin loops around the pure planners and the kube actuators.
+
+* `NodeMetricReporter` keeps the report history (fed by every MetricTick), reads the NodeMetric's spec, and
+  every report interval builds the status and hands it to the writer (§1.7). The first report is one
+  interval after start; nothing is written before the NodeMetric was seen.
+* `TopologyReporter` recomputes the NRT every 3 s and right after pod/Node changes, hands the result to
+  the CPUSetAllocator hook at once (N5), and writes only when the result changed (N4) or at the
+  resync period (which also recreates a deleted NRT).
+* `BatchCapacityReporter` (standalone, `--batch-resource-source=agent`) patches the Node's batch resources
+  computed with koord-manager's formula from the same report, and removes them after 15 minutes without
+  a usable report (the manager's degrade rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from koordqos import observability as obs
+from koordqos.errors import ConfigError, KubeError, ModelError
+from koordqos.events.bus import EventBus
+from koordqos.events.types import Event, MetricTick, NodeUpdated, PodDeleted, PodsReplaced, PodUpserted
+from koordqos.kube.report import (
+    REPORTS,
+    NodeBatchPatcher,
+    NodeMetricWriter,
+    NRTWriter,
+    WriteOutcome,
+)
+from koordqos.metrics.hardware import NodeHardware
+from koordqos.metrics.procfs import read_text
+from koordqos.metrics.topology import CpuTopology
+from koordqos.metrics.types import MetricSnapshot
+from koordqos.model.node import NodeInfo
+from koordqos.once import SeenOnce
+from koordqos.report.batch import (
+    BATCH_CPU,
+    BATCH_MEMORY,
+    BatchStrategy,
+    ManagedPod,
+    NodeCapacity,
+    calculate,
+    needs_sync,
+)
+from koordqos.report.format import decimal_quantity, memory_quantity, rfc3339
+from koordqos.report.history import ReportHistory
+from koordqos.report.kubelet import (
+    CheckpointState,
+    KubeletCPUManager,
+    choose,
+    from_checkpoint,
+    from_configz,
+    parse_checkpoint,
+)
+from koordqos.report.nodemetric import AppMeta, PodMeta, StatusSkipped, build_status, plan_status
+from koordqos.report.nrt import NRTDesired, NRTInputs, desired, modifier
+from koordqos.report.policy import SCHEDULER_EXPIRY_SECONDS, CollectPolicy, parse_collect_policy
+from koordqos.state import NodeState
+
+log = structlog.get_logger("koordqos.report")
+Json = dict[str, Any]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRecord:
+    """The last round of a reporter, for /debug/state."""
+
+    built_at: str  # RFC 3339
+    outcome: str
+    detail: str = ""
+    written_at: str = ""  # RFC 3339 of the last successful write
+    body: Json | None = None
+
+
+class NodeMetricReporter:
+    """The "nodemetric-reporter" component."""
+
+    name = "nodemetric-reporter"
+    essential = False
+
+    def __init__(
+        self,
+        bus: EventBus,
+        history: ReportHistory,
+        writer: NodeMetricWriter | None,
+        *,
+        wall: Callable[[], float] = time.time,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.bus = bus
+        self.history = history
+        self.writer = writer
+        self.wall = wall
+        self.sleep = sleep
+        self.policy = CollectPolicy()
+        self.last: ReportRecord | None = None
+        self.last_written_at = ""
+        self._generation = -1
+        self._said: SeenOnce[str] = SeenOnce()
+        self._state_note = ""
+        bus.subscribe("report-history", self._on_tick, MetricTick)
+
+    def _on_tick(self, event: Event, state: NodeState) -> None:
+        if not isinstance(event, MetricTick) or not isinstance(event.sample, MetricSnapshot):
+            return
+        self.history.ingest(event.sample)
+        if state.generation != self._generation:  # pods/NodeSLO may have changed: drop gone series
+            self._generation = state.generation
+            self.history.retain_pods(state.pods.keys())
+            apps = state.node_slo.host_applications if state.node_slo is not None else ()
+            self.history.retain_apps({a.name for a in apps})
+
+    def _note(self, note: str, msg: str, **kw: object) -> None:
+        """Log a state change once (missing target, skipped rounds, recovery)."""
+        if note != self._state_note:
+            self._state_note = note
+            log.warning(msg, **kw) if note else log.info(msg, **kw)
+
+    def set_policy(self, policy: CollectPolicy) -> None:
+        """Apply a NodeMetric spec: retention follows the windows; problems, a long interval warned once."""
+        for problem in policy.problems:
+            if self._said.first("spec:" + problem):
+                log.warning("NodeMetric spec field ignored", problem=problem)
+        if policy.report_interval_seconds >= SCHEDULER_EXPIRY_SECONDS and self._said.first(
+            f"interval:{policy.report_interval_seconds}"
+        ):
+            log.warning(
+                "NodeMetric report interval reaches koord-scheduler's default expiry; the scheduler will "
+                "treat the metric as stale between reports",
+                interval=policy.report_interval_seconds,
+                expiry=SCHEDULER_EXPIRY_SECONDS,
+            )
+        self.policy = policy
+        self.history.configure(policy.node_retention, policy.pod_retention)
+
+    def _inputs(self, state: NodeState | None) -> tuple[list[PodMeta], list[AppMeta]]:
+        state = self.bus.state if state is None else state
+        pods = [PodMeta.of(p) for p in state.pods.values()]
+        hosts = state.node_slo.host_applications if state.node_slo is not None else ()
+        return pods, [AppMeta(a.name, a.priority, a.qos) for a in hosts]
+
+    def build(self, state: NodeState | None = None) -> Json | StatusSkipped:
+        """The status this round would write (also `koordqos report --once`), in one synchronous step."""
+        pods, apps = self._inputs(state)
+        return build_status(self.history, self.policy, pods, apps, self.wall())
+
+    async def build_async(self, state: NodeState | None = None) -> Json | StatusSkipped:
+        """Like `build`, giving the event loop a turn between slices of pods (no long loop step)."""
+        pods, apps = self._inputs(state)
+        steps = plan_status(self.history, self.policy, pods, apps, self.wall())
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                result: Json | StatusSkipped = done.value
+                return result
+            await asyncio.sleep(0)
+
+    async def refresh_policy(self) -> bool:
+        """GET the NodeMetric and apply its spec; False when it does not exist (or cannot be read)."""
+        if self.writer is None:
+            return True
+        try:
+            obj = await self.writer.read()
+        except KubeError as exc:
+            obs.ERRORS.labels(self.name, type(exc).__name__).inc()
+            self._note("read-failed", "cannot read the NodeMetric", error=str(exc))
+            return False
+        if obj is None:
+            self._note(
+                "missing",
+                "NodeMetric for this node does not exist (created by koord-manager); not reporting",
+            )
+            return False
+        spec = obj.get("spec")
+        self.set_policy(parse_collect_policy(spec if isinstance(spec, dict) else None))
+        return True
+
+    async def round(self) -> ReportRecord:
+        """One report: read the spec, build, write (or record why not)."""
+        now = rfc3339(self.wall())
+        if not await self.refresh_policy():
+            REPORTS.labels("NodeMetric", "missing").inc()
+            self.last = ReportRecord(now, "missing", "NodeMetric not found", self.last_written_at)
+            return self.last
+        status = await self.build_async()
+        if isinstance(status, StatusSkipped):
+            REPORTS.labels("NodeMetric", "skipped").inc()
+            self._note("skipped:" + status.reason, "NodeMetric report skipped", reason=status.reason)
+            self.last = ReportRecord(now, "skipped", status.reason, self.last_written_at)
+            return self.last
+        if self.writer is None:
+            self.last = ReportRecord(now, "computed", "", self.last_written_at, status)
+            return self.last
+        out = await self.writer.write(status)
+        if out.outcome == "written":
+            self.last_written_at = now
+            self._note("", "NodeMetric status written", resource_version=out.resource_version)
+        elif out.outcome == "failed":
+            self._note("failed", "NodeMetric status write failed", error=out.detail, attempts=out.attempts)
+        self.last = ReportRecord(now, out.outcome, out.detail, self.last_written_at, status)
+        return self.last
+
+    async def run(self) -> None:
+        """Report every interval until cancelled (the first report one interval after start)."""
+        await self.refresh_policy()
+        while True:
+            await self.sleep(self.policy.report_interval_seconds)
+            try:
+                await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one bad round must not stop reporting
+                obs.ERRORS.labels(self.name, type(exc).__name__).inc()
+                log.exception("NodeMetric report round failed")
+
+    def debug_state(self) -> Json:
+        """Last report and when it was written (for /debug/state)."""
+        last = self.last
+        return {
+            "policy": {
+                "aggregateDurationSeconds": self.policy.aggregate_seconds,
+                "reportIntervalSeconds": self.policy.report_interval_seconds,
+                "durations": list(self.policy.durations),
+                "nodeMemoryCollectPolicy": self.policy.memory_policy,
+            },
+            "historyBytes": self.history.nbytes(),
+            "last": None
+            if last is None
+            else {
+                "builtAt": last.built_at,
+                "outcome": last.outcome,
+                "detail": last.detail,
+                "writtenAt": last.written_at,
+                "status": last.body,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletSources:
+    """PD-10 inputs: the explicit configuration, a configz fetcher and the kubelet root."""
+
+    explicit: KubeletCPUManager | None = None
+    configz: Callable[[], Awaitable[Json]] | None = None
+    kubelet_root: Path = Path("/var/lib/kubelet")
+    configz_refresh_seconds: float = 300.0
+
+
+_NRT_TRIGGERS = (PodUpserted, PodDeleted, PodsReplaced, NodeUpdated)
+
+
+class TopologyReporter:
+    """The "nrt-reporter" component; `writer` None computes locally only (N6)."""
+
+    name = "nrt-reporter"
+    essential = False
+
+    def __init__(
+        self,
+        bus: EventBus,
+        node_name: str,
+        topology: CpuTopology,
+        hardware: NodeHardware,
+        writer: NRTWriter | None,
+        *,
+        kubelet: KubeletSources | None = None,
+        hugepage_report: bool = False,
+        interval: float = 3.0,
+        resync: float = 60.0,
+        on_topology: Callable[[NRTDesired], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.bus = bus
+        self.node_name = node_name
+        self.topology = topology
+        self.hardware = hardware
+        self.writer = writer
+        self.kubelet = kubelet or KubeletSources()
+        self.hugepage_report = hugepage_report
+        self.interval = interval
+        self.resync = resync
+        self.on_topology = on_topology
+        self.clock = clock
+        self.wall = wall
+        self.current: NRTDesired | None = None
+        self.last: ReportRecord | None = None
+        self._written: NRTDesired | None = None
+        self._synced_at: float | None = None
+        self._configz: KubeletCPUManager | None = None
+        self._configz_at: float | None = None
+        self._said: SeenOnce[str] = SeenOnce()
+        self._wake = asyncio.Event()
+        self._checkpoint_text: str | None = None
+        self._checkpoint_state: CheckpointState | None = None
+        # the inputs of the last computation: unchanged inputs reuse its result (the 3 s timer costs ~nothing)
+        self._last_inputs: NRTInputs | None = None
+        self._last_desired: NRTDesired | None = None
+        bus.subscribe("nrt-triggers", self._on_change, *_NRT_TRIGGERS)
+
+    def _on_change(self, event: Event, state: NodeState) -> None:
+        self._wake.set()
+
+    def _warn_once(self, key: str, msg: str, **kw: object) -> None:
+        if self._said.first(key):
+            log.warning(msg, **kw)
+
+    def _checkpoint(self) -> CheckpointState | None:
+        path = self.kubelet.kubelet_root / "cpu_manager_state"
+        text = read_text(path)
+        if text is None:
+            return None
+        if text == self._checkpoint_text:
+            return self._checkpoint_state
+        self._checkpoint_text = text
+        self._checkpoint_state = None
+        try:
+            self._checkpoint_state = parse_checkpoint(text)
+            return self._checkpoint_state
+        except ModelError as exc:
+            self._warn_once(
+                "checkpoint:" + str(exc), "kubelet checkpoint unreadable", path=str(path), error=str(exc)
+            )
+            return None
+
+    async def _from_configz(self) -> KubeletCPUManager | None:
+        fetch = self.kubelet.configz
+        if fetch is None:
+            return None
+        now = self.clock()
+        if self._configz_at is not None and now - self._configz_at < self.kubelet.configz_refresh_seconds:
+            return self._configz
+        self._configz_at = now
+        try:
+            self._configz = from_configz(await fetch())
+        except (KubeError, ModelError) as exc:
+            self._warn_once("configz", "kubelet /configz unavailable; using the checkpoint", error=str(exc))
+            self._configz = None
+        return self._configz
+
+    async def compute(self, state: NodeState | None = None) -> NRTDesired | None:
+        """The NRT content now (None when the node facts contradict each other: logged once)."""
+        state = self.bus.state if state is None else state
+        checkpoint = self._checkpoint()
+        explicit = self.kubelet.explicit
+        kubelet = choose(
+            explicit,
+            None if explicit is not None else await self._from_configz(),
+            from_checkpoint(checkpoint) if checkpoint is not None else None,
+        )
+        if kubelet is None:
+            self._warn_once(
+                "no-kubelet", "kubelet CPU manager unknown; its NRT annotations are left as they are"
+            )
+        elif kubelet.source == "checkpoint" and kubelet.policy == "static":
+            self._warn_once(
+                "static-no-reserved", "kubelet static CPU policy from the checkpoint: reservedCPUs unknown"
+            )
+        inputs = NRTInputs(
+            node_name=self.node_name,
+            node=state.node,
+            topology=self.topology,
+            hardware=self.hardware,
+            pods=tuple(state.pods.values()),
+            kubelet=kubelet,
+            checkpoint=checkpoint,
+            hugepage_report=self.hugepage_report,
+        )
+        last = self._last_inputs
+        if (
+            last is not None
+            and self._last_desired is not None
+            and last.node is inputs.node
+            and last.checkpoint is inputs.checkpoint
+            and last.kubelet == inputs.kubelet
+            and last.pods == inputs.pods  # identity of each PodInfo first: cheap when nothing changed
+        ):
+            return self._last_desired
+        try:
+            want = desired(inputs)
+        except ModelError as exc:
+            obs.ERRORS.labels(self.name, "ModelError").inc()
+            self._warn_once("desired:" + str(exc), "NodeResourceTopology not computed", error=str(exc))
+            return None
+        for problem in want.problems:
+            self._warn_once(problem, "pod ignored for the CPU share pools", problem=problem)
+        self._last_inputs, self._last_desired = inputs, want
+        return want
+
+    async def round(self) -> ReportRecord | None:
+        """Recompute; publish pools; write when changed or due for a resync."""
+        want = await self.compute()
+        if want is None:
+            return self.last
+        # local users (the CPUSetAllocator hook) get the result at once, before any API write (N5)
+        changed = self.current is None or want.annotations != self.current.annotations
+        if changed and self.on_topology is not None:
+            self.on_topology(want)
+        self.current = want
+        now = rfc3339(self.wall())
+        if self.writer is None:
+            self.last = ReportRecord(now, "computed")
+            return self.last
+        due = self._synced_at is None or self.clock() - self._synced_at >= self.resync
+        if want == self._written and not due:
+            return self.last
+        node: NodeInfo | None = self.bus.state.node
+        out: WriteOutcome = await self.writer.sync(modifier(want, self.node_name, node.uid if node else ""))
+        written_at = self.last.written_at if self.last is not None else ""
+        if out.outcome in ("written", "unchanged"):
+            self._written = want
+            self._synced_at = self.clock()
+            if out.outcome == "written":
+                written_at = now
+        self.last = ReportRecord(now, out.outcome, out.detail, written_at, self.writer.last)
+        return self.last
+
+    async def run(self) -> None:
+        """Every `interval`, or sooner after a pod/Node change."""
+        while True:
+            try:
+                await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                obs.ERRORS.labels(self.name, type(exc).__name__).inc()
+                log.exception("NodeResourceTopology round failed")
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+                await asyncio.sleep(0.05)  # let a burst of pod events settle into one round
+            except TimeoutError:
+                pass
+
+    def debug_state(self) -> Json:
+        """The last NRT round (for /debug/state)."""
+        last = self.last
+        pools = self.current.pools if self.current is not None else None
+        return {
+            "pools": None
+            if pools is None
+            else {"ls": [p.json() for p in pools.ls], "be": [p.json() for p in pools.be]},
+            "last": None
+            if last is None
+            else {
+                "builtAt": last.built_at,
+                "outcome": last.outcome,
+                "detail": last.detail,
+                "writtenAt": last.written_at,
+            },
+        }
+
+
+def standalone_values(
+    state: NodeState, status: Json, strategy: BatchStrategy | None = None
+) -> tuple[dict[str, int] | None, str]:
+    """The manager's formula over the agent's own report and pod list: (batch values, "") or (None, why)."""
+    node = state.node
+    if node is None:
+        return None, "Node not known yet"
+    annotation: dict[str, int] = {}
+    res = node.reservation
+    if res is not None:
+        annotation = {r: v for r, v in res.resources.items() if r in ("cpu", "memory")}
+        if res.reserved_cpus:
+            annotation["cpu"] = len(res.reserved_cpus) * 1000
+    capacity = NodeCapacity(node.capacity, node.allocatable, annotation, node.cpu_normalization_ratio)
+    pods = [
+        ManagedPod(
+            p.namespace,
+            p.name,
+            p.priority_class.value,
+            p.qos.value,
+            {"cpu": p.request("cpu"), "memory": p.request("memory")},
+        )
+        for p in state.pods.values()
+        if p.active
+    ]
+    result = calculate(capacity, pods, status, strategy or BatchStrategy())
+    return {BATCH_CPU: result.batch_cpu, BATCH_MEMORY: result.batch_memory}, ""
+
+
+class BatchCapacityReporter:
+    """The "batch-capacity" component (standalone mode only)."""
+
+    name = "batch-capacity"
+    essential = False
+
+    def __init__(
+        self,
+        bus: EventBus,
+        node_name: str,
+        nodemetric: NodeMetricReporter,
+        patcher: NodeBatchPatcher,
+        manager_present: Callable[[], Awaitable[bool]],
+        *,
+        strategy: BatchStrategy | None = None,
+        interval: float | None = None,
+        wall: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.bus = bus
+        self.node_name = node_name
+        self.nodemetric = nodemetric
+        self.patcher = patcher
+        self.manager_present = manager_present
+        self.strategy = strategy or BatchStrategy()
+        self.interval = interval
+        self.wall = wall
+        self.clock = clock
+        self.sleep = sleep
+        self.started_at = clock()
+        self.written: dict[str, int] | None = None
+        self.written_at: float | None = None
+        self.last_good: float | None = None
+        self.stopped = False
+        self.last: ReportRecord | None = None
+
+    async def preflight(self) -> None:
+        """Refuse standalone mode when a NodeMetric exists (koord-manager is present): ConfigError."""
+        if await self.manager_present():
+            raise ConfigError(
+                f"--batch-resource-source=agent: NodeMetric {self.node_name!r} exists, so koord-manager "
+                "computes batch resources on this cluster; use --batch-resource-source=manager"
+            )
+
+    async def compute(self, state: NodeState | None = None) -> tuple[dict[str, int] | None, str]:
+        """(batch values, "") from the current report, or (None, why not)."""
+        state = self.bus.state if state is None else state
+        status = await self.nodemetric.build_async(state)
+        if isinstance(status, StatusSkipped):
+            return None, status.reason
+        return standalone_values(state, status, self.strategy)
+
+    async def round(self) -> ReportRecord:
+        now_text = rfc3339(self.wall())
+        if self.stopped:
+            return self.last or ReportRecord(now_text, "stopped")
+        if await self.manager_present():
+            self.stopped = True
+            log.error("a NodeMetric appeared: koord-manager owns batch resources now; standalone mode stops")
+            self.last = ReportRecord(now_text, "stopped", "NodeMetric exists")
+            return self.last
+        values, why = await self.compute()
+        now = self.clock()
+        if values is None:
+            good = self.last_good if self.last_good is not None else self.started_at
+            if now - good >= self.strategy.degrade_time_minutes * 60 and self.written != {}:
+                out = await self.patcher.patch({BATCH_CPU: None, BATCH_MEMORY: None})
+                if out.outcome == "written":
+                    self.written = {}
+                    self.written_at = now
+                log.warning("own metrics stale: batch resources removed from the Node", reason=why)
+                self.last = ReportRecord(now_text, "degraded", why)
+            else:
+                self.last = ReportRecord(now_text, "skipped", why)
+            return self.last
+        self.last_good = now
+        since: float | None = None if self.written_at is None else now - self.written_at
+        if not needs_sync(self.written or None, values, since, self.strategy):
+            self.last = ReportRecord(now_text, "unchanged", "", body=dict(values))
+            return self.last
+        out = await self.patcher.patch(
+            {
+                BATCH_CPU: decimal_quantity(values[BATCH_CPU]),
+                BATCH_MEMORY: memory_quantity(values[BATCH_MEMORY]),
+            }
+        )
+        if out.outcome == "written":
+            self.written = values
+            self.written_at = now
+        self.last = ReportRecord(
+            now_text, out.outcome, out.detail, now_text if out.outcome == "written" else "", dict(values)
+        )
+        return self.last
+
+    async def run(self) -> None:
+        """Every report interval until cancelled."""
+        while True:
+            await self.sleep(self.interval or self.nodemetric.policy.report_interval_seconds)
+            try:
+                await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                obs.ERRORS.labels(self.name, type(exc).__name__).inc()
+                log.exception("batch capacity round failed")

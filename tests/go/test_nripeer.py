@@ -1,0 +1,189 @@
+"""koordqos's NRI replies as containerd/nri's real runtime code (`pkg/adaptation`, v0.12.5) receives them.
+
+`tests/go/nripeer` plays the runtime with scripted pods and containers: Synchronize with an existing BE
+container, then RunPodSandbox / CreateContainer / UpdateContainer for new pods. The agent runs as a real
+subprocess in local mode on a synthetic node tree. What the adaptation merged is printed as JSON and
+checked here, so a reply the real runtime code would drop, reject or misread fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordqos.testing.gopeer import GoUnavailable, build, go_unavailable, run_peer
+from koordqos.testing.nodefs import SyntheticNode
+
+pytestmark = pytest.mark.e2e_runtime
+HERE = Path(__file__).resolve().parent
+RUN_ENV = "KOORDQOS_E2E_RUNTIME"
+MI = 1 << 20
+EXT = "node.koordinator.sh/extended-resource-spec"
+
+
+@pytest.fixture(scope="module")
+def peer() -> Path:
+    reason = go_unavailable()
+    if os.environ.get(RUN_ENV) != "1":
+        here = f"; it would skip here too: {reason}" if reason else ""
+        pytest.skip(f"real-runtime e2e: run `python -m nox -s e2e-runtime` (or set {RUN_ENV}=1){here}")
+    if reason is not None:
+        if os.environ.get("KOORDQOS_E2E_RUNTIME_REQUIRED") == "1":
+            pytest.fail(f"e2e-runtime required but unavailable: {reason}", pytrace=False)
+        pytest.skip(reason)
+    try:
+        return build(HERE / "nripeer")
+    except GoUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def be_pod(pid: str, uid: str) -> dict[str, Any]:
+    spec = {
+        "containers": {
+            "main": {
+                "requests": {"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": str(256 * MI)},
+                "limits": {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": str(256 * MI)},
+            }
+        }
+    }
+    return {
+        "id": pid,
+        "name": pid,
+        "uid": uid,
+        "namespace": "conformance",
+        "labels": {"koordinator.sh/qosClass": "BE"},
+        "annotations": {EXT: json.dumps(spec)},
+        "linux": {"cgroup_parent": f"/kubepods/besteffort/pod{uid}"},
+    }
+
+
+def lsr_pod(pid: str, uid: str) -> dict[str, Any]:
+    return {
+        "id": pid,
+        "name": pid,
+        "uid": uid,
+        "namespace": "conformance",
+        "labels": {"koordinator.sh/qosClass": "LSR"},
+        "annotations": {"scheduling.koordinator.sh/resource-status": json.dumps({"cpuset": "1"})},
+        "linux": {"cgroup_parent": f"/kubepods/pod{uid}"},
+    }
+
+
+def container(cid: str, pod: dict[str, Any], state: str = "CONTAINER_UNKNOWN", **cpu: Any) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "pod_sandbox_id": pod["id"],
+        "name": "main",
+        "state": state,
+        "linux": {
+            "cgroups_path": f"{pod['linux']['cgroup_parent']}/{cid}",
+            "resources": {
+                "cpu": {"shares": {"value": "2"}, "period": {"value": "100000"}, **cpu},
+                "memory": {},
+            },
+        },
+    }
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_koordqos_replies_through_the_real_adaptation(peer: Path, tmp_path: Path) -> None:
+    old = be_pod("old-sandbox", "0000aaaa-0000-4000-8000-000000000001")
+    new = be_pod("new-sandbox", "0000aaaa-0000-4000-8000-000000000002")
+    lsr = lsr_pod("lsr-sandbox", "0000aaaa-0000-4000-8000-000000000003")
+    old_ctr = container("a" * 64, old, "CONTAINER_RUNNING")
+    new_ctr = container("b" * 64, new)
+    lsr_ctr = container("c" * 64, lsr)
+    script = {
+        "pods": [old, new, lsr],
+        "containers": [old_ctr],
+        "steps": [
+            {"call": "RunPodSandbox", "pod": new["id"]},
+            {"call": "CreateContainer", "pod": new["id"], "container": new_ctr},
+            {
+                "call": "UpdateContainer",
+                "pod": new["id"],
+                "container": new_ctr["id"],
+                "resources": {"cpu": {"shares": {"value": "2"}}},
+            },
+            {"call": "RunPodSandbox", "pod": lsr["id"]},
+            {"call": "CreateContainer", "pod": lsr["id"], "container": lsr_ctr},
+        ],
+    }
+    script_path = tmp_path / "script.json"
+    script_path.write_text(json.dumps(script))
+    node = SyntheticNode(tmp_path / "node")
+    for p in (old, new):
+        node.make_cgroup(f"kubepods/besteffort/pod{p['uid']}")
+    node.make_cgroup(f"kubepods/pod{lsr['uid']}")
+    sock = (
+        Path("/tmp") / f"kqpeer-{os.getpid()}.sock"
+    )  # pytest's tmp_path can exceed a socket path's 107 bytes
+
+    def start() -> subprocess.Popen[bytes]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "koordqos",
+            "run",
+            "--nri-socket",
+            str(sock),
+            "--cgroup-root",
+            str(node.cgroup_root),
+            "--proc-root",
+            str(node.proc_root),
+            "--sys-root",
+            str(node.sys_root),
+            "--http-addr",
+            f"127.0.0.1:{_port()}",
+            "--log-format",
+            "json",
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
+        env["HOME"] = str(tmp_path)
+        with open(tmp_path / "agent.log", "wb") as log:
+            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    try:
+        out = run_peer(peer, sock, ["-script", str(script_path)], start)
+    except RuntimeError:
+        print((tmp_path / "agent.log").read_text()[-4000:])
+        raise
+    finally:
+        sock.unlink(missing_ok=True)
+    batch = {"shares": "1536", "quota": "200000", "memory": str(256 * MI)}
+
+    def values(res: dict[str, Any]) -> dict[str, str]:
+        return {
+            "shares": res["cpu"]["shares"]["value"],
+            "quota": res["cpu"]["quota"]["value"],
+            "memory": res["memory"]["limit"]["value"],
+        }
+
+    # Synchronize: the existing BE container, created without koordqos, is corrected
+    [sync] = out["synchronize_updates"]
+    assert sync["container_id"] == old_ctr["id"]
+    assert values(sync["linux"]["resources"]) == batch
+
+    _, create_new, update_new, _, create_lsr = out["results"]
+    assert [r.get("error", "") for r in out["results"]] == [""] * 5
+    assert values(create_new["response"]["adjust"]["linux"]["resources"]) == batch
+    # UpdateContainer: the runtime's own entry for the container carries the batch values again
+    [upd] = update_new["response"]["update"]
+    assert upd["container_id"] == new_ctr["id"]
+    assert values(upd["linux"]["resources"]) == batch
+    # LSR: pinned to the scheduler's cpuset, CFS quota lifted
+    lsr_res = create_lsr["response"]["adjust"]["linux"]["resources"]
+    assert lsr_res["cpu"]["cpus"] == "1"
+    assert lsr_res["cpu"]["quota"]["value"] == "-1"

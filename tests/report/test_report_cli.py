@@ -1,0 +1,109 @@
+"""`python -m koordqos report --once` as a real subprocess: local mode on a synthetic node, and cluster mode
+against the fake API server (prints both objects, writes nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordqos.model.pod import parse_pod
+from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_pod
+from koordqos.testing.nodefs import GiB, SyntheticNode
+
+pytestmark = pytest.mark.e2e
+NODE = "node-a"
+
+
+async def run_cli(args: list[str], home: Path, timeout: float = 60.0) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
+    env["HOME"] = str(home)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "koordqos",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def roots(node: SyntheticNode) -> list[str]:
+    return [
+        "--cgroup-root",
+        str(node.cgroup_root),
+        "--proc-root",
+        str(node.proc_root),
+        "--sys-root",
+        str(node.sys_root),
+        "--collect-interval",
+        "0.2",
+        "--node-name",
+        NODE,
+    ]
+
+
+async def test_local_mode_prints_both_objects(tmp_path: Path) -> None:
+    node = SyntheticNode(tmp_path / "node")
+    code, out, err = await run_cli(["report", "--once", *roots(node)], tmp_path)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["mode"] == "local"
+    status = doc["nodeMetric"]["status"]
+    assert status["nodeMetric"]["nodeUsage"]["resources"]["memory"] == "8Gi"  # MemTotal − MemAvailable
+    nrt = doc["nodeResourceTopology"]["object"]
+    assert nrt["metadata"]["name"] == NODE
+    assert [z["name"] for z in nrt["zones"]] == ["node-0"]
+
+
+async def test_cluster_mode_reads_the_cluster_and_writes_nothing(tmp_path: Path) -> None:
+    fake = FakeAPIServer()
+    await fake.start()
+    try:
+        node = SyntheticNode(tmp_path / "node")
+        raw = make_pod("web-0", NODE, uid="u-web", requests={"cpu": "1", "memory": "1Gi"})
+        fake.upsert("pods", raw)
+        fake.upsert("nodes", make_node(NODE))
+        spec = {"metricCollectPolicy": {"nodeAggregatePolicy": {"durations": ["5m0s"]}}}
+        fake.upsert("nodemetrics", make_nodemetric(NODE, spec))
+        pod_dir = node.add_pod(parse_pod(raw))
+        node.set_memory(pod_dir, 3 * GiB, inactive_file=GiB, anon=GiB + GiB // 2)
+        kubeconfig = fake.write_kubeconfig(tmp_path / "kubeconfig")
+        args = [
+            "report",
+            "--once",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--batch-resource-source",
+            "agent",
+            *roots(node),
+        ]
+        code, out, err = await run_cli(args, tmp_path)
+        assert code == 0, err
+        doc: dict[str, Any] = json.loads(out)
+        assert doc["mode"] == "cluster"
+        assert doc["nodeMetric"]["exists"] is True
+        status = doc["nodeMetric"]["status"]
+        assert [a["duration"] for a in status["nodeMetric"]["aggregatedNodeUsages"]] == ["5m0s"]
+        web = status["podsMetric"][0]
+        assert (web["name"], web["qos"], web["priority"]) == ("web-0", "LS", "koord-prod")
+        assert web["podUsage"]["resources"]["memory"] == "1536Mi"  # anon, not the 2 GiB working set
+        assert doc["nodeResourceTopology"]["wouldWrite"] is True
+        assert "kubernetes.io/batch-cpu" in doc["batchResources"]
+        writes = fake.count_requests(lambda m, p, q: m in ("POST", "PUT", "PATCH", "DELETE"))
+        assert writes == 0
+        stored = fake.get("nodemetrics", NODE)
+        assert stored is not None
+        assert "status" not in stored
+        assert fake.get("noderesourcetopologies", NODE) is None
+    finally:
+        await fake.stop()
