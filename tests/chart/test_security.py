@@ -24,12 +24,8 @@ MINIMAL_RBAC = {
 # koordinator-reporting.md §4.2: the reports (defaults: NodeMetric status, NRT, kubelet /configz)
 REPORT_RBAC = {
     ("slo.koordinator.sh", "nodemetrics", "get"),
-    ("slo.koordinator.sh", "nodemetrics", "list"),
-    ("slo.koordinator.sh", "nodemetrics", "watch"),
     ("slo.koordinator.sh", "nodemetrics/status", "update"),
     ("topology.node.k8s.io", "noderesourcetopologies", "get"),
-    ("topology.node.k8s.io", "noderesourcetopologies", "list"),
-    ("topology.node.k8s.io", "noderesourcetopologies", "watch"),
     ("topology.node.k8s.io", "noderesourcetopologies", "create"),
     ("topology.node.k8s.io", "noderesourcetopologies", "update"),
     ("", "nodes/proxy", "get"),
