@@ -100,6 +100,30 @@ def create_running_pod(
     return dict(api.put(f"/api/v1/namespaces/{namespace}/pods/{name}/status", pod))
 
 
+def annotate_node(api: Api, name: str, annotations: dict[str, str]) -> None:
+    """Add annotations to a Node (GET + PUT)."""
+    node = api.get(f"/api/v1/nodes/{name}")
+    node["metadata"].setdefault("annotations", {}).update(annotations)
+    api.put(f"/api/v1/nodes/{name}", node)
+
+
+def nodemetric(name: str, report_interval: int = 60) -> dict[str, Any]:
+    """The NodeMetric koord-manager creates for a node (spec only)."""
+    return {
+        "apiVersion": "slo.koordinator.sh/v1alpha1",
+        "kind": "NodeMetric",
+        "metadata": {"name": name},
+        "spec": {
+            "metricCollectPolicy": {
+                "aggregateDurationSeconds": 60,
+                "reportIntervalSeconds": report_interval,
+                "nodeAggregatePolicy": {"durations": ["5m0s", "10m0s", "30m0s"]},
+                "nodeMemoryCollectPolicy": "usageWithoutPageCache",
+            }
+        },
+    }
+
+
 def ensure_priority_class(api: Api, value: int) -> str:
     """The name of a PriorityClass with `value`, created if missing."""
     name = f"e2e-priority-{value}"

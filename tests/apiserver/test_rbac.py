@@ -2,8 +2,9 @@
 
 The agent runs with a token that authenticates as the chart's service account, bound to the ClusterRole
 rendered from charts/ and nothing else. It goes through every API path it has (list/watch of pods, Node and
-NodeSLO, an eviction that succeeds and one a PodDisruptionBudget refuses, Events). The API server's audit log
-then tells which (group, resource, verb) the agent used and what was answered:
+NodeSLO, an eviction that succeeds and one a PodDisruptionBudget refuses, Events, the NodeMetric status
+report, the NodeResourceTopology's create and update, the kubelet /configz through the node proxy). The API
+server's audit log then tells which (group, resource, verb) the agent used and what was answered:
 * any 403 → a permission is missing from the chart;
 * a grant the agent never used → an excess permission in the chart.
 """
@@ -22,15 +23,20 @@ from koordqos.testing.nodefs import SyntheticNode
 from .agentproc import running_agent
 from .controlplane import Api, ControlPlane
 from .kubeobjects import (
+    NODEMETRIC_PATH,
     NODESLO_PATH,
+    NRT_PATH,
+    annotate_node,
     create_namespace,
     create_node,
     create_running_pod,
     eventually,
     evicted,
+    nodemetric,
     nodeslo,
     pod_events,
     set_pdb,
+    try_get,
     unique,
 )
 
@@ -91,6 +97,8 @@ def test_the_agent_uses_exactly_the_chart_cluster_role(
     node.set_meminfo(100 * GiB, 5 * GiB, 4 * GiB)
     spec = {"resourceUsedThresholdWithBE": {"enable": True, "memoryEvictThresholdPercent": 70}}
     admin.create(NODESLO_PATH, nodeslo(node_name, spec))
+    # koord-manager's NodeMetric for the node, at the shortest report interval the agent honours
+    admin.create(NODEMETRIC_PATH, nodemetric(node_name, report_interval=30))
     # a missing grant makes the scenario itself fail (the agent never becomes ready, or an eviction never
     # happens); the audit log then names the grant, so that is reported first
     scenario_failure: AssertionError | None = None
@@ -106,11 +114,25 @@ def test_the_agent_uses_exactly_the_chart_cluster_role(
             stored = admin.get(f"{NODESLO_PATH}/{node_name}")
             stored["spec"]["resourceUsedThresholdWithBE"]["memoryEvictThresholdPercent"] = 80
             admin.put(f"{NODESLO_PATH}/{node_name}", stored)
-            eventually(
-                lambda: {"watch"} <= {e["verb"] for e in _since(control_plane.agent_requests(), start)},
-                20,
-                "the agent's watches in the audit log",
-            )
+            # a Node annotation the NRT copies: the agent updates the NRT it created
+            eventually(lambda: try_get(admin, f"{NRT_PATH}/{node_name}") is not None, 30, "NRT created")
+            annotate_node(admin, node_name, {"node.koordinator.sh/reservation": '{"reservedCPUs":"0"}'})
+
+            def seen() -> set[tuple[str, str]]:
+                return {
+                    (e["objectRef"]["resource"] + "/" + e["objectRef"].get("subresource", ""), e["verb"])
+                    for e in _since(control_plane.agent_requests(), start)
+                    if e.get("objectRef")
+                }
+
+            for resource, verb in (
+                ("nodeslos/", "watch"),
+                ("noderesourcetopologies/", "update"),
+                ("nodemetrics/status", "update"),
+            ):
+                eventually(
+                    lambda r=resource, v=verb: (r, v) in seen(), 90, f"the agent's {verb} of {resource}"
+                )
     except AssertionError as exc:
         scenario_failure = exc
     used = used_grants(_since(control_plane.agent_requests(), start))
