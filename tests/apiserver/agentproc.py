@@ -81,12 +81,13 @@ def running_agent(
     workdir: Path,
     *extra: str,
     token: str | None = None,
+    server: str | None = None,
 ) -> Iterator[AgentProcess]:
     """The agent with a kubeconfig holding the agent token (bound to the chart's ClusterRole only).
 
     Ready means pods, Node and NodeSLO have listed; on exit it gets SIGTERM and must exit 0.
     """
-    kubeconfig = cp.write_kubeconfig(workdir / "agent-kubeconfig", token or cp.agent_token)
+    kubeconfig = cp.write_kubeconfig(workdir / "agent-kubeconfig", token or cp.agent_token, server)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
     cmd = [

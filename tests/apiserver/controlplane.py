@@ -292,14 +292,15 @@ class ControlPlane:
         """A client as `token` (default: admin)."""
         return Api(self.url, token or self.admin_token, self.ssl_context())
 
-    def write_kubeconfig(self, path: Path, token: str) -> Path:
-        """A kubeconfig for this server with a bearer token."""
+    def write_kubeconfig(self, path: Path, token: str, server: str | None = None) -> Path:
+        """A kubeconfig for this server (or `server`: a plain-HTTP proxy in front of it), bearer `token`."""
+        cluster: dict[str, str] = {"server": server or self.url}
+        if not server:
+            cluster["certificate-authority"] = str(self.ca_file)
         doc = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [
-                {"name": "e2e", "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)}}
-            ],
+            "clusters": [{"name": "e2e", "cluster": cluster}],
             "users": [{"name": "e2e", "user": {"token": token}}],
             "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
             "current-context": "e2e",
