@@ -74,3 +74,66 @@ def test_configuration_page_is_current(capsys: pytest.CaptureFixture[str]) -> No
     page = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
     assert page.read_text() == out, "run: python -m koordqos config flags > docs/configuration.md"
     assert "`--dry-run` | `KOORDQOS_DRY_RUN` | `false`" in out
+
+
+def test_validate_names_unknown_nodeslo_keys_and_the_closest_valid_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue #15 item 8: this was "valid NodeSLO"
+    f = tmp_path / "slo.yaml"
+    f.write_text("resourceUsedThresholdWithBE:\n  enabel: true\n  cpuSupressThresholdPercent: 65\n")
+    assert main(["config", "validate", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert 'resourceUsedThresholdWithBE.enabel: unknown field (did you mean "enable"?)' in err
+    assert 'cpuSupressThresholdPercent: unknown field (did you mean "cpuSuppressThresholdPercent"?)' in err
+
+
+def test_validate_rejects_an_out_of_range_percentage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "slo.yaml"
+    f.write_text(
+        "kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE:\n    cpuSuppressThresholdPercent: 165\n"
+    )
+    assert main(["config", "validate", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "resourceUsedThresholdWithBE.cpuSuppressThresholdPercent" in err
+    assert "out of range: 165 (valid: [0, 100])" in err
+
+
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n", "---\n"])
+def test_validate_rejects_an_empty_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    f = tmp_path / "empty.yaml"
+    f.write_text(text)
+    assert main(["config", "validate", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"koordqos: error: {f}: empty file: expected a NodeSLO or an agent config"
+
+
+def test_run_help_shows_meaningful_metavars_and_every_default(capsys: pytest.CaptureFixture[str]) -> None:
+    # issue #15 item 10: `run --help` showed OPT_* placeholders and no defaults
+    from koordqos.config import FLAGS, flag_default
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "OPT_" not in text
+    for usage in (
+        "--cgroup-root DIR",
+        "--http-addr HOST:PORT",
+        "--nri-socket SOCKET",
+        "--collect-interval SECONDS",
+        "--feature-gates GATE=BOOL[,...]",
+        "--dry-run [BOOL]",
+        "--log-level {debug,info,warning,error}",
+    ):
+        assert usage in text
+    with_default = [f for f in FLAGS if flag_default(f)]
+    assert len(with_default) >= 30
+    for flag in with_default:
+        assert f"default {flag_default(flag)}" in text, flag.name
+    assert "default /sys/fs/cgroup" in text
+    assert "default 0.0.0.0:9316" in text

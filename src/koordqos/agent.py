@@ -25,10 +25,11 @@ import structlog
 
 from koordqos import observability as obs
 from koordqos.cgroups import CgroupExecutor, CgroupLayout, CgroupReader, describe
+from koordqos.cgroups.roots import check_host_roots, missing_controllers, readiness_reason
 from koordqos.component import Component, FunctionComponent, ShutdownStep
 from koordqos.config import AgentConfig, parse_failure_policy
 from koordqos.decisions import DecisionLog
-from koordqos.errors import ConfigError
+from koordqos.errors import ConfigError, StartupError
 from koordqos.events.bus import EventBus
 from koordqos.hooks import build_runtime_hooks
 from koordqos.hooks.core import HookCore
@@ -93,6 +94,10 @@ def build_services(
 ) -> Services:
     """Detect the node (cgroup layout, topology, kernel capabilities) and build every shared part."""
     paths = config.paths
+    missing = missing_controllers(paths.cgroup_root, config.feature_gates)
+    if missing:
+        status["not_ready"] = readiness_reason(missing)
+        log.error("cgroup controllers missing; not ready", reason=status["not_ready"])
     layout = CgroupLayout.detect(
         paths.cgroup_root,
         proc_root=paths.proc_root,
@@ -213,6 +218,8 @@ class Supervisor:
                 return
             except asyncio.CancelledError:
                 raise
+            except StartupError:
+                raise  # cannot start at all: the agent exits (supervision is for failures after start)
             except Exception as exc:
                 self.crashes[comp.name] = self.crashes.get(comp.name, 0) + 1
                 obs.COMPONENT_RESTARTS.labels(comp.name).inc()
@@ -291,6 +298,9 @@ class Agent:
 
     def build(self) -> None:
         """Build the services, then the components of the selected packages."""
+        # unusable host roots: one error line (the CLI's), before anything is logged
+        paths = self.config.paths
+        check_host_roots(paths.cgroup_root, paths.proc_root, paths.sys_root)
         # the first log line announces the mode (before any package logs while it is built)
         log.info(
             "koordqos starting",
@@ -418,8 +428,8 @@ class Agent:
 
     @property
     def ready(self) -> bool:
-        """Pods, Node and NodeSLO sources have synced."""
-        return self.bus.state.synced >= READY_SOURCES
+        """Pods, Node and NodeSLO sources have synced, and nothing keeps the agent unready (`not_ready`)."""
+        return "not_ready" not in self.status and self.bus.state.synced >= READY_SOURCES
 
     @property
     def state(self) -> NodeState:
@@ -469,21 +479,27 @@ class Agent:
         log.info("components starting", components=[c.name for c in self.components])
         tasks: list[asyncio.Task[None]] = []
         try:
-            async with asyncio.TaskGroup() as tg:
-                for comp in self.components:
-                    tasks.append(tg.create_task(self.supervisor.supervise(comp), name=comp.name))
-                stopper = tg.create_task(self._stop.wait(), name="stop")
-                await stopper
-                log.info("stopping", timeout_s=self.config.shutdown_timeout_seconds)
-                for t in tasks:
-                    t.cancel()
-                deadline = loop.time() + self.config.shutdown_timeout_seconds
-                _done, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_timeout_seconds)
-                if pending:
-                    log.error("components did not stop in time", components=[t.get_name() for t in pending])
-                await self._run_shutdown(max(0.1, deadline - loop.time()))
+            await self._run_components(loop, tasks)
+        except* StartupError as group:
+            raise group.exceptions[0] from None
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
         log.info("koordqos stopped")
+
+    async def _run_components(self, loop: asyncio.AbstractEventLoop, tasks: list[asyncio.Task[None]]) -> None:
+        """Supervise every component until `stop()`, then stop them within the shutdown timeout."""
+        async with asyncio.TaskGroup() as tg:
+            for comp in self.components:
+                tasks.append(tg.create_task(self.supervisor.supervise(comp), name=comp.name))
+            stopper = tg.create_task(self._stop.wait(), name="stop")
+            await stopper
+            log.info("stopping", timeout_s=self.config.shutdown_timeout_seconds)
+            for t in tasks:
+                t.cancel()
+            deadline = loop.time() + self.config.shutdown_timeout_seconds
+            _done, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_timeout_seconds)
+            if pending:
+                log.error("components did not stop in time", components=[t.get_name() for t in pending])
+            await self._run_shutdown(max(0.1, deadline - loop.time()))

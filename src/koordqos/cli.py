@@ -68,13 +68,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 def validate_file(path: Path) -> int:
     """Validate a NodeSLO (kind: NodeSLO) or AgentConfig file; print `ok` or precise errors."""
     from koordqos.model.nodeslo import parse_nodeslo
+    from koordqos.model.nodeslo_lint import nodeslo_findings
 
     tree: Any = read_config_file(path)
+    if not tree:
+        raise ConfigError(f"{path}: empty file: expected a NodeSLO or an agent config")
     if tree.get("kind") == "NodeSLO" or "resourceUsedThresholdWithBE" in tree or "spec" in tree:
         try:
             parse_nodeslo(tree)
         except (ModelError, ConfigError) as exc:
             raise ConfigError(f"{path}: invalid NodeSLO: {exc}") from None
+        findings = nodeslo_findings(tree)
+        if findings:
+            # the agent only warns about unknown keys (a cluster may carry newer fields) and leaves ranges to
+            # the strategies, as koordlet does; in a file being checked they are mistakes
+            raise ConfigError(f"{path}: invalid NodeSLO: " + "; ".join(f.describe() for f in findings))
         print(f"{path}: valid NodeSLO")
         return 0
     try:

@@ -102,6 +102,11 @@ class HookSettings(_Group):
     proxy_enabled: bool = False
     proxy_addr: Path = Path("/var/run/koordlet/koordlet.sock")
     proxy_config_path: Path = Path("/etc/runtime/hookserver.d")
+    # the socket path as koord-runtime-proxy sees it on the host (the registration's remote-endpoint); the
+    # listen address may be a container path mounted there
+    proxy_host_endpoint: str = "/var/run/koordlet/koordlet.sock"
+    proxy_max_connections: int = Field(64, ge=1)
+    proxy_max_message_bytes: int = Field(4 << 20, ge=1024)
     disable_unset_cpu_quota: bool = False
     disable_stages: tuple[str, ...] = ()
 
@@ -128,6 +133,12 @@ class QoSSettings(_Group):
     # the value is accepted for compatibility and reported, not a switch to killing containers.
     only_evict_by_api: bool = False
     extension_plugins: dict[str, bool] = Field(default_factory=dict)
+    # project decisions of the reconcile strategies (docs/reconcile.md), koordlet's behaviour behind each
+    blkio_v2_io_files: bool = (
+        True  # cgroup v2: blkio throttles → io.max, weight → io.weight (koordlet: v1 only)
+    )
+    system_config_restore: bool = True  # a sysctl removed from the NodeSLO gets its pre-koordqos value back
+    resctrl_task_sweep_seconds: float = Field(10.0, ge=0)  # 0: every pod's threads every round (koordlet)
 
     @field_validator("extension_plugins", mode="before")
     @classmethod
@@ -285,7 +296,7 @@ class Flag:
 
 FLAGS: tuple[Flag, ...] = (
     Flag("config", "", "YAML file with AgentConfig groups (flags and env override it)"),
-    Flag("node-name", "kube.node_name", "node name (default: env NODE_NAME, else the hostname)"),
+    Flag("node-name", "kube.node_name", "node name"),
     Flag("kubeconfig", "kube.kubeconfig", "kubeconfig file; without one (and outside a cluster) local mode"),
     Flag("nodeslo-file", "kube.nodeslo_file", "local mode: NodeSLO YAML/JSON file, watched for changes"),
     Flag("kube-resync-seconds", "kube.resync_seconds", "periodic full re-list of watched objects", float),
@@ -320,6 +331,23 @@ FLAGS: tuple[Flag, ...] = (
         bool,
     ),
     Flag("runtime-hooks-addr", "hooks.proxy_addr", "unix socket of the RuntimeHookService"),
+    Flag(
+        "runtime-hooks-host-endpoint",
+        "hooks.proxy_host_endpoint",
+        "proxy mode: the socket path koord-runtime-proxy dials (the registration file's remote-endpoint)",
+    ),
+    Flag(
+        "runtime-hooks-max-connections",
+        "hooks.proxy_max_connections",
+        "proxy mode: connections open at once; more are closed at accept",
+        int,
+    ),
+    Flag(
+        "runtime-hooks-max-message-bytes",
+        "hooks.proxy_max_message_bytes",
+        "proxy mode: larger requests are refused with RESOURCE_EXHAUSTED (grpc-go's 4 MiB default)",
+        int,
+    ),
     Flag(
         "runtime-hooks-config-path",
         "hooks.proxy_config_path",
@@ -356,6 +384,24 @@ FLAGS: tuple[Flag, ...] = (
         bool,
     ),
     Flag("qos-extension-plugins", "qos.extension_plugins", "QoS extension plugin gates, e.g. name=true"),
+    Flag(
+        "blkio-v2-io-files",
+        "qos.blkio_v2_io_files",
+        "cgroup v2: blkio throttles go to io.max and the weight to io.weight (false: koordlet, v1 only)",
+        bool,
+    ),
+    Flag(
+        "system-config-restore",
+        "qos.system_config_restore",
+        "a systemStrategy field removed from the NodeSLO restores the file's earlier value (false: koordlet)",
+        bool,
+    ),
+    Flag(
+        "resctrl-task-sweep-seconds",
+        "qos.resctrl_task_sweep_seconds",
+        "every pod's threads are re-read for resctrl at least this often (0: every round, koordlet)",
+        float,
+    ),
     Flag(
         "collect-interval", "metrics.collect_interval_seconds", "metrics collection period in seconds", float
     ),
@@ -443,6 +489,62 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 
+#: What a flag's value is, for `--help` (flags not listed: SECONDS for durations, else NUMBER / VALUE).
+_METAVARS = {
+    "config": "FILE",
+    "node-name": "NAME",
+    "kubeconfig": "FILE",
+    "nodeslo-file": "FILE",
+    "eviction-qps": "QPS",
+    "cgroup-root": "DIR",
+    "proc-root": "DIR",
+    "sys-root": "DIR",
+    "nri-socket": "SOCKET",
+    "nri-plugin-name": "NAME",
+    "nri-plugin-index": "NN",
+    "runtime-hooks-addr": "SOCKET",
+    "runtime-hooks-host-endpoint": "SOCKET",
+    "runtime-hooks-max-connections": "N",
+    "runtime-hooks-max-message-bytes": "BYTES",
+    "runtime-hooks-config-path": "DIR",
+    "runtime-hooks-disable-stages": "STAGE[,STAGE...]",
+    "qos-extension-plugins": "NAME=BOOL[,...]",
+    "http-addr": "HOST:PORT",
+    "feature-gates": "GATE=BOOL[,...]",
+}
+
+
+def flag_metavar(flag: Flag) -> str:
+    """The placeholder `--help` shows for the flag's value."""
+    if flag.kind is bool:
+        return "BOOL"
+    if flag.name in _METAVARS:
+        return _METAVARS[flag.name]
+    if flag.kind is float:
+        return "SECONDS" if "seconds" in flag.name or "interval" in flag.name else "NUMBER"
+    return "VALUE"
+
+
+def flag_default(flag: Flag, defaults: Mapping[str, Any] | None = None) -> str:
+    """The flag's default as text ("" when there is none to show); `defaults`: AgentConfig dumped as JSON."""
+    if not flag.target:
+        return ""
+    if flag.name == "node-name":
+        return "env NODE_NAME, else the hostname"
+    if flag.name == "feature-gates":
+        return "koordlet's (list: config flags)"
+    value: Any = _default_tree() if defaults is None else defaults
+    for part in flag.target.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if value in (None, "", [], {}):
+        return ""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _default_tree() -> dict[str, Any]:
+    return AgentConfig(kube=KubeSettings(node_name="")).model_dump(mode="json")
+
+
 def env_name(flag: Flag) -> str:
     """The environment variable that sets `flag`."""
     return "KOORDQOS_" + flag.name.upper().replace("-", "_")
@@ -450,15 +552,27 @@ def env_name(flag: Flag) -> str:
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """Add every AgentConfig flag to `parser` (values default to None: unset)."""
+    defaults = _default_tree()
     for flag in FLAGS:
         opt = "--" + flag.name
-        helptext = f"{flag.help} [env {env_name(flag)}]"
+        default = flag_default(flag, defaults)
+        shown = f"; default {default}" if default else ""
+        # argparse's own %(default)s would show None: the value is "unset" until defaults are applied
+        helptext = f"{flag.help} [env {env_name(flag)}{shown}]".replace("%", "%%")
+        metavar = flag_metavar(flag)
         if flag.kind is bool:
             parser.add_argument(
-                opt, dest=_dest(flag), nargs="?", const="true", default=None, metavar="BOOL", help=helptext
+                opt, dest=_dest(flag), nargs="?", const="true", default=None, metavar=metavar, help=helptext
             )
         else:
-            parser.add_argument(opt, dest=_dest(flag), default=None, choices=flag.choices, help=helptext)
+            parser.add_argument(
+                opt,
+                dest=_dest(flag),
+                default=None,
+                choices=flag.choices,
+                metavar="{" + ",".join(flag.choices) + "}" if flag.choices else metavar,
+                help=helptext,
+            )
 
 
 def _dest(flag: Flag) -> str:
@@ -547,25 +661,19 @@ def format_validation_error(exc: ValidationError) -> str:
 
 def flags_markdown() -> str:
     """Every flag with its environment variable, default and meaning, as a Markdown table."""
-    defaults = AgentConfig(kube=KubeSettings(node_name="")).model_dump(mode="json")
+    defaults = _default_tree()
     rows = [
         "| flag | environment | default | meaning |",
         "|---|---|---|---|",
     ]
     for flag in FLAGS:
-        value: Any = defaults
-        for part in flag.target.split(".") if flag.target else []:
-            value = value.get(part) if isinstance(value, dict) else None
-        if not flag.target:
-            shown = ""
-        elif flag.name == "node-name":
+        value = flag_default(flag, defaults)
+        if flag.name == "node-name":
             shown = "env `NODE_NAME`, else the hostname"
         elif flag.name == "feature-gates":
             shown = "koordlet's (see below)"
-        elif value in (None, "", [], {}):
-            shown = ""
         else:
-            shown = f"`{str(value).lower() if isinstance(value, bool) else value}`"
+            shown = f"`{value}`" if value else ""
         rows.append(f"| `--{flag.name}` | `{env_name(flag)}` | {shown} | {flag.help} |")
     gates = ", ".join(f"`{k}={str(v).lower()}`" for k, v in sorted(parse_feature_gates(None).items()))
     return (

@@ -9,6 +9,10 @@ class ConfigError(KoordQoSError):
     """Invalid flags, environment, feature gates or configuration files."""
 
 
+class StartupError(KoordQoSError):
+    """An essential component cannot start (e.g. its address is in use): the agent exits, no restart loop."""
+
+
 class ProtocolError(KoordQoSError):
     """Malformed bytes or messages on a wire protocol (ttrpc, NRI mux, watch stream)."""
 

@@ -144,7 +144,7 @@ def test_file_paths(tmp_path: Path, subsystem_file: str, v1: str, v2: str) -> No
 
 def test_file_path_of_version_specific_resource(tmp_path: Path) -> None:
     with pytest.raises(ResourceUnsupported):
-        CgroupLayout(tmp_path, CgroupVersion.V2).file_path("kubepods", "blkio.cost.weight")
+        CgroupLayout(tmp_path, CgroupVersion.V2).file_path("kubepods", "net_cls.classid")
 
 
 def test_normalize_parent_cgroupfs() -> None:

@@ -114,7 +114,9 @@ def test_unknown_resource() -> None:
 
 
 def test_v1_only_and_v2_only_files() -> None:
-    assert get_resource("blkio.cost.weight").file(V2) is None
+    # project decision (docs/configuration.md): v2 blkio throttles are io.max keys, the weight io.weight
+    assert get_resource("blkio.cost.weight").file(V2) == "io.weight"
+    assert get_resource("blkio.throttle.read_iops_device").file(V2) == "io.max"
     assert get_resource("net_cls.classid").file(V2) is None
     assert get_resource("memory.pagecache_limit.size").file(V1) is None
     assert get_resource("cpu.cfs_quota_us").file(V2) == "cpu.max"

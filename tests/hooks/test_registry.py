@@ -67,6 +67,7 @@ def test_the_builtin_registry_lists_every_hook_module_once() -> None:
         "GroupIdentity",
         "CoreSched",
         "OOMScoreAdj",
+        "Resctrl",
     ]
     assert len({spec.gate for spec in HOOKS}) == len(HOOKS)
 

@@ -351,3 +351,36 @@ async def test_malformed_objects_are_skipped_counted_and_the_source_keeps_going(
         "koordqos_errors_total", {"component": "kube", "kind": "malformed-pod"}
     )
     assert (after or 0) - (before or 0) >= 2  # "garbage" and the list-shaped metadata at least
+
+
+async def test_a_pod_with_a_deeply_nested_annotation_is_kept_with_the_rest_of_its_data() -> None:
+    # issue #15 item 1: ~1 KB of nested brackets made parse_pod raise RecursionError and the pod was dropped
+    from koordqos.events.types import PodUpserted
+    from koordqos.kube.watch import WatchEvent
+
+    bus = EventBus()
+    seen: list[object] = []
+    bus.subscribe("t", lambda e, s: seen.append(e), PodsReplaced, PodUpserted)
+    runner = asyncio.create_task(bus.run())
+    pods = PodSource(bus, NODE)
+    nested = "[" * 1000 + "]" * 1000
+    bad = make_pod("nested", NODE, uid="u-nested", qos="BE")
+    bad["metadata"]["annotations"] = {
+        "node.koordinator.sh/extended-resource-spec": nested,
+        "koordinator.sh/eviction-priority": "4",
+    }
+    later = make_pod("nested-2", NODE, uid="u-nested-2")
+    later["metadata"]["annotations"] = {"scheduling.koordinator.sh/resource-status": nested}
+    await pods.on_list([make_pod("good", NODE, uid="u-good"), bad])
+    await pods.on_event(WatchEvent("ADDED", later))
+    await bus.drained()
+    runner.cancel()
+    replaced = [e for e in seen if isinstance(e, PodsReplaced)]
+    assert [p.uid for p in replaced[0].pods] == ["u-good", "u-nested"]
+    kept = replaced[0].pods[1]
+    assert kept.qos is QoSClass.BE
+    assert kept.eviction_priority == 4
+    assert "node.koordinator.sh/extended-resource-spec" in kept.problems
+    upserted = [e.pod for e in seen if isinstance(e, PodUpserted)]
+    assert [p.uid for p in upserted] == ["u-nested-2"]
+    assert "scheduling.koordinator.sh/resource-status" in upserted[0].problems

@@ -19,7 +19,7 @@ from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.events import NRICreateContainer, NRISynchronize
 from koordqos.nri.mux import encode_frame, frames_for
 from koordqos.nri.plugin import NRIPlugin, hook_deadline, parse_event_mask, validate_event_mask
-from koordqos.nri.ttrpc import MessageType, encode_message, encode_request
+from koordqos.nri.ttrpc import Code, MessageType, encode_message, encode_request
 from koordqos.testing.mock_nri.protocol import RuntimeCallError
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
@@ -120,8 +120,6 @@ _BAD_INPUT = {
         1, (5 << 20).to_bytes(4, "big") + (101).to_bytes(4, "big") + b"\x01\x00"
     ),
     "oversize-frame": (1).to_bytes(4, "big") + (64 << 20).to_bytes(4, "big"),
-    "bad-envelope": encode_frame(1, encode_message(101, 1, b"\x0a\xff\xff")),
-    "bad-protobuf": _request(101, "CreateContainer", b"\x0a\x05\x0a\xff\xff\xff\xff"),
     "even-stream-id": _request(100, "CreateContainer", _PAYLOAD),
     "reused-stream-id": _request(1, "CreateContainer", _PAYLOAD),
 }
@@ -143,6 +141,59 @@ async def test_malformed_input_drops_and_reestablishes(
         await plugin.wait_connected(2)
         pod = sample_pod(2)
         assert await rt.create_container(pod, sample_container(pod, 0)) is not None
+        assert not link.dropped.is_set()
+
+
+_BAD_PROTOBUF = {
+    "truncated-field": b"\x0a\x05\x0a\xff",
+    "overlong-length": b"\x0a\xff\xff\xff\xff\x0f",
+    "truncated-varint": b"\x0a\x80",
+    "noise": b"\xde\xad\xbe\xef" * 4,
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_PROTOBUF))
+@pytest.mark.parametrize("method", ["CreateContainer", "UpdateContainer", "RunPodSandbox", "StateChange"])
+async def test_an_unparsable_payload_in_an_intact_frame_gets_an_error_reply_and_the_connection_stays(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], case: str, method: str
+) -> None:
+    # issue #15 item 5: one bad payload used to drop the connection (reconnect + full re-Synchronize)
+    async with MockRuntime(sock_path) as rt:
+        start_plugin()
+        await rt.wait_joined(timeout=5)
+        before = metric("koordqos_nri_protocol_errors_total", role="plugin")
+        malformed = metric("koordqos_nri_malformed_requests_total", role="plugin", method=method)
+        resp = await rt.call_raw(method, _BAD_PROTOBUF[case])
+        assert resp.status.code == Code.INVALID_ARGUMENT
+        assert "does not parse" in resp.status.message
+        pod = sample_pod(2)
+        assert await rt.create_container(pod, sample_container(pod, 0)) is not None
+        assert len(rt.links) == 1
+        assert not rt.links[0].dropped.is_set()
+        assert metric("koordqos_nri_protocol_errors_total", role="plugin") == before
+        assert metric("koordqos_nri_malformed_requests_total", role="plugin", method=method) == malformed + 1
+
+
+async def test_an_unparsable_request_envelope_in_an_intact_frame_is_answered_and_the_connection_stays(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin]
+) -> None:
+    async with MockRuntime(sock_path) as rt:
+        start_plugin()
+        link = await rt.wait_joined(timeout=5)
+        late = metric("koordqos_nri_dropped_messages_total", role="runtime", kind="inactive_stream")
+        sid = link.conn._client_streams.next()  # the next valid stream id: only the envelope is bad
+        rt.inject(encode_frame(1, encode_message(sid, MessageType.REQUEST, b"\x0a\xff\xff")))
+        # the plugin's reply arrives on a stream the mock is not waiting on
+        await wait_until(
+            lambda: (
+                metric("koordqos_nri_dropped_messages_total", role="runtime", kind="inactive_stream") > late
+            ),
+            timeout=5,
+            message="the plugin's reply to the bad envelope",
+        )
+        pod = sample_pod(2)
+        assert await rt.create_container(pod, sample_container(pod, 0)) is not None
+        assert len(rt.links) == 1
         assert not link.dropped.is_set()
 
 

@@ -178,7 +178,8 @@ async def test_registration_file_written_at_start_and_kept_current(short_dir: Pa
         # written once the socket accepts calls (the component is started)
         doc = json.loads(path.read_text())
         assert doc == {
-            "remote-endpoint": str(env.sock),
+            # issue #15 item 12: --runtime-hooks-host-endpoint (default koordlet's), not the listen path
+            "remote-endpoint": "/var/run/koordlet/koordlet.sock",
             "failure-policy": "Fail",
             "runtime-hooks": ["PreRunPodSandbox", "PreCreateContainer", "PreUpdateContainerResources"],
         }
@@ -191,6 +192,86 @@ async def test_registration_file_written_at_start_and_kept_current(short_dir: Pa
         assert [p.name for p in env.config_dir.iterdir()] == ["koordlet.json"]  # no temp files left
         assert stat.S_IMODE(os.stat(env.sock).st_mode) == 0o600
     assert not env.sock.exists()  # removed when the agent stopped
+
+
+async def test_the_registration_endpoint_is_the_host_endpoint_flag(short_dir: Path) -> None:
+    # the agent listens on a container path; koord-runtime-proxy on the host dials the host path
+    async with running_agent(
+        short_dir, hooks_extra={"proxy_host_endpoint": "/run/koordlet/hooks.sock"}
+    ) as env:
+        doc = json.loads((env.config_dir / "koordlet.json").read_text())
+        assert doc["remote-endpoint"] == "/run/koordlet/hooks.sock"
+        assert str(env.sock) != doc["remote-endpoint"]
+
+
+def _sample() -> rpb.PodSandboxHookRequest:
+    return rpb.PodSandboxHookRequest(
+        pod_meta=rpb.PodSandboxMetadata(uid="u1", name="p", namespace="ns"), cgroup_parent="/kubepods/podu1"
+    )
+
+
+async def test_a_request_over_the_size_limit_is_refused_and_the_server_stays_up(short_dir: Path) -> None:
+    # issue #15 item 4: a 64 MiB request was answered OK (grpc-go refuses > 4 MiB)
+    server = make_server(short_dir)
+    assert server.service.max_message_bytes == 4 << 20
+    refused = REGISTRY.get_sample_value(
+        "koordqos_proxy_requests_total", {"method": "PreRunPodSandboxHook", "outcome": "resource_exhausted"}
+    )
+    async with served(server) as stub:
+        big = _sample()
+        big.annotations["x"] = "y" * (5 << 20)
+        with pytest.raises(GRPCError) as info:
+            await stub.PreRunPodSandboxHook(big)
+        assert info.value.status is Status.RESOURCE_EXHAUSTED
+        assert "larger than max" in (info.value.message or "")
+        just_under = _sample()
+        just_under.annotations["x"] = "y" * ((4 << 20) - 200)
+        assert (await stub.PreRunPodSandboxHook(just_under)).cgroup_parent == "/kubepods/podu1"
+        assert await _answers(stub)
+    after = REGISTRY.get_sample_value(
+        "koordqos_proxy_requests_total", {"method": "PreRunPodSandboxHook", "outcome": "resource_exhausted"}
+    )
+    assert (after or 0) == (refused or 0) + 1
+
+
+async def test_connections_past_the_cap_are_closed_and_the_server_stays_up(short_dir: Path) -> None:
+    # issue #15 item 4: 1,500 held connections used 1,306 fds
+    layout = CgroupLayout(short_dir / "cgroup", CgroupVersion.V1, CgroupDriver.CGROUPFS)
+    service = RuntimeHookService(EventBus(), ProxyConverter(layout))
+    server = ProxyServer(service, short_dir / "run" / "koordlet.sock", max_connections=5)
+    refused_before = REGISTRY.get_sample_value("koordqos_proxy_refused_connections_total") or 0
+    held: list[socket.socket] = []
+    async with served(server) as stub:
+        assert await _answers(stub)  # the stub's own connection: 1 of 5
+        try:
+            for _ in range(20):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(str(server.socket_path))
+                held.append(s)
+            await wait_until(
+                lambda: (
+                    (REGISTRY.get_sample_value("koordqos_proxy_refused_connections_total") or 0)
+                    >= refused_before + 16
+                ),
+                message="connections past the cap refused",
+            )
+            assert REGISTRY.get_sample_value("koordqos_proxy_open_connections") == 5
+            assert await _answers(stub)  # an open connection keeps working
+            for s in held:
+                s.close()
+            held.clear()
+            await wait_until(
+                lambda: REGISTRY.get_sample_value("koordqos_proxy_open_connections") == 1,
+                message="held connections released",
+            )
+            fresh = Channel(path=str(server.socket_path))
+            try:
+                assert await _answers(RuntimeHookServiceStub(fresh))  # room again
+            finally:
+                fresh.close()
+        finally:
+            for s in held:
+                s.close()
 
 
 async def test_disabled_stages_are_left_out_of_the_registration(short_dir: Path) -> None:

@@ -77,7 +77,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     config = AgentConfig.model_validate(
         {
             "paths": {"cgroup_root": fs.cgroup_root, "proc_root": fs.proc_root, "sys_root": fs.sys_root},
-            "feature_gates": "BECPUSuppress=false",  # only CPUBurst acts on this node
+            "feature_gates": "BECPUSuppress=false,RdtResctrl=false",  # only CPUBurst acts on this node
         }
     )
     clock = [1000.0]

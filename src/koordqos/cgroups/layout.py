@@ -336,7 +336,7 @@ class CgroupLayout:
         if not base.is_dir():
             return False, f"{base} missing"
         kubepods = base / self.kubepods_dir()
-        probe = kubepods if kubepods.is_dir() else base
+        probe = kubepods if kubepods.is_dir() and not res.root_only else base
         if (probe / name).exists():
             return True, "file exists"
         if res.standard and probe == base:

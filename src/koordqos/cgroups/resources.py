@@ -54,6 +54,7 @@ class Resource:
     blocking: bool = False  # the write may block in reclaim: run it in a worker thread
     standard: bool = True  # present wherever the controller is enabled (vs. kernel-specific extension)
     numeric: bool = True
+    root_only: bool = False  # exists only in the hierarchy's root dir (blkio/io cost qos and model)
 
     def file(self, version: CgroupVersion) -> str | None:
         """The file name on `version`, None when the resource does not exist there."""
@@ -115,12 +116,82 @@ def _cpuset(value: int | str) -> str | None:
 
 
 _DEVICE_LINE = re.compile(r"^\d+:\d+ \d+$")
+_DEVICE_KV_LINE = re.compile(r"^\d+:\d+( [a-z]+=[0-9.]+| [a-z]+=[a-z]+)+$")
 
 
 def _device_value(value: int | str) -> str | None:
     if isinstance(value, str) and _DEVICE_LINE.match(value.strip()):
         return None
     return f"expected 'MAJOR:MINOR VALUE', got {value!r}"
+
+
+def _device_weight(value: int | str) -> str | None:
+    problem = _device_value(value)
+    if problem is not None:
+        return problem
+    weight = int(str(value).split()[1])
+    return None if 1 <= weight <= 100 else f"weight {weight} out of range [1, 100]"
+
+
+def _device_kv(value: int | str) -> str | None:
+    if isinstance(value, str) and _DEVICE_KV_LINE.match(value.strip()):
+        return None
+    return f"expected 'MAJOR:MINOR key=value ...', got {value!r}"
+
+
+# Per-device files hold one line per device; a write sets one device's entry. The value a device has when
+# it is absent from the file: throttles are unlimited (0), the weight is the default 100.
+DEVICE_DEFAULTS = {
+    "blkio.throttle.read_iops_device": "0",
+    "blkio.throttle.read_bps_device": "0",
+    "blkio.throttle.write_iops_device": "0",
+    "blkio.throttle.write_bps_device": "0",
+    "blkio.cost.weight": "100",
+}
+# cgroup v2 (project decision): the four throttles are keys of io.max ("0" = "max"), the weight is io.weight
+IO_MAX_KEYS = {
+    "blkio.throttle.read_iops_device": "riops",
+    "blkio.throttle.read_bps_device": "rbps",
+    "blkio.throttle.write_iops_device": "wiops",
+    "blkio.throttle.write_bps_device": "wbps",
+}
+DEVICE_KV_RESOURCES = frozenset({"blkio.cost.qos", "blkio.cost.model"})
+
+
+def parse_device_lines(text: str) -> dict[str, str]:
+    """A per-device file → {"MAJ:MIN": rest of the line} (lines not starting with a device are skipped)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        dev, _, rest = line.strip().partition(" ")
+        if ":" in dev and dev.replace(":", "").isdigit():
+            out[dev] = rest.strip()
+    return out
+
+
+def _kv(text: str) -> dict[str, str]:
+    return dict(p.partition("=")[::2] for p in text.split() if "=" in p)
+
+
+def _same_number(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return False
+
+
+def _same_device_entry(name: str, version: CgroupVersion, current: str, rendered: str) -> bool:
+    dev, _, want = rendered.strip().partition(" ")
+    have = parse_device_lines(current).get(dev)
+    if name in DEVICE_KV_RESOURCES or (version is CgroupVersion.V2 and name in IO_MAX_KEYS):
+        have_kv = _kv(have or "")
+        return all(
+            _same_number(have_kv.get(k, "max" if name in IO_MAX_KEYS else ""), v)
+            for k, v in _kv(want).items()
+        )
+    default = DEVICE_DEFAULTS.get(name, "")
+    return (have if have is not None else default) == want.strip()
 
 
 # -- cpusets -------------------------------------------------------------------------------------
@@ -274,40 +345,35 @@ _RESOURCES: tuple[Resource, ...] = (
         int_range(0, 1),
         standard=False,
     ),
-    # blkio (v1 only)
-    _r(
-        "blkio.throttle.read_iops_device",
-        "blkio",
-        "blkio.throttle.read_iops_device",
-        None,
-        _device_value,
-        numeric=False,
+    # blkio: v1 files; on v2 the throttles are io.max keys and the weight io.weight (project decision)
+    *(
+        _r(name, "blkio", name, "io.max", _device_value, numeric=False)
+        for name in (
+            "blkio.throttle.read_iops_device",
+            "blkio.throttle.read_bps_device",
+            "blkio.throttle.write_iops_device",
+            "blkio.throttle.write_bps_device",
+        )
     ),
     _r(
-        "blkio.throttle.read_bps_device",
+        "blkio.cost.weight",
         "blkio",
-        "blkio.throttle.read_bps_device",
-        None,
-        _device_value,
+        "blkio.cost.weight",
+        "io.weight",
+        _device_weight,
+        standard=False,
         numeric=False,
     ),
+    _r("blkio.cost.qos", "blkio", "blkio.cost.qos", "io.cost.qos", _device_kv, numeric=False, root_only=True),
     _r(
-        "blkio.throttle.write_iops_device",
+        "blkio.cost.model",
         "blkio",
-        "blkio.throttle.write_iops_device",
-        None,
-        _device_value,
+        "blkio.cost.model",
+        "io.cost.model",
+        _device_kv,
         numeric=False,
+        root_only=True,
     ),
-    _r(
-        "blkio.throttle.write_bps_device",
-        "blkio",
-        "blkio.throttle.write_bps_device",
-        None,
-        _device_value,
-        numeric=False,
-    ),
-    _r("blkio.cost.weight", "blkio", "blkio.cost.weight", None, int_range(1, 100), standard=False),
     # net_cls (v1 only)
     _r("net_cls.classid", "net_cls", "net_cls.classid", None, int_range(0, 0xFFFFFFFF)),
 )
@@ -338,7 +404,11 @@ def render(resource: Resource, value: int | str, version: CgroupVersion, current
     """
     validate(resource, value)
     if not resource.numeric:
-        return str(value).strip()
+        text = str(value).strip()
+        if version is CgroupVersion.V2 and resource.name in IO_MAX_KEYS:
+            dev, _, limit = text.partition(" ")
+            return f"{dev} {IO_MAX_KEYS[resource.name]}={'max' if limit == '0' else limit}"
+        return text
     v = _as_int(value)
     assert v is not None  # validated above
     name = resource.name
@@ -366,6 +436,8 @@ def same_value(resource: Resource, version: CgroupVersion, current: str, rendere
     new = rendered.strip()
     if cur == new:
         return True
+    if resource.name in DEVICE_DEFAULTS or resource.name in DEVICE_KV_RESOURCES:
+        return _same_device_entry(resource.name, version, cur, new)
     try:
         if resource.name in ("cpuset.cpus", "cpuset.mems"):
             return parse_cpuset(cur) == parse_cpuset(new)

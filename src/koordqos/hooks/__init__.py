@@ -41,6 +41,14 @@ def probe_bvt_system(layout: CgroupLayout, proc_root: Path) -> BvtSystem:
     )
 
 
+def probe_resctrl(config: AgentConfig) -> Path | None:
+    """The resctrl mount with L3 CAT when the Resctrl gate is on (checked once at start)."""
+    root = Path(config.paths.sys_root) / "fs" / "resctrl"
+    if config.gate("Resctrl") and (root / "info" / "L3").is_dir():
+        return root
+    return None
+
+
 def build_runtime_hooks(config: AgentConfig, layout: CgroupLayout) -> RuntimeHooks:
     """The hooks the feature gates enable, built for what this node's kernel offers."""
     core_ok, core_reason = (False, "gate off")
@@ -53,5 +61,6 @@ def build_runtime_hooks(config: AgentConfig, layout: CgroupLayout) -> RuntimeHoo
             bvt=probe_bvt_system(layout, Path(config.paths.proc_root)),
             core_sched_supported=core_ok,
             core_sched_reason=core_reason,
+            resctrl_root=probe_resctrl(config),
         )
     )

@@ -141,6 +141,7 @@ class ContainerResponse:
     resources: Resources = field(default_factory=Resources)
     add_envs: dict[str, str] = field(default_factory=dict)
     oom_score_adj: int | None = None
+    rdt_class: str | None = None  # the resctrl group (closid) the container starts in
 
 
 @dataclass(slots=True)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
+from koordqos.model import jsontext
 from koordqos.model.cpuset import cpu_set, format_cpuset
 from koordqos.model.quantity import to_milli
 
@@ -41,14 +41,19 @@ def parse_resource_status(annotations: Mapping[str, str] | None) -> ResourceStat
     raw = annotations.get(ANNOTATION_RESOURCE_STATUS)
     if raw is None:
         return None
-    return _parse_status(raw)
+    try:
+        return _parse_status(raw)
+    except ValueError:
+        raise
+    except Exception as exc:  # any shape the parser did not foresee: malformed, never a crash
+        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}: unreadable ({type(exc).__name__})") from None
 
 
 @lru_cache(maxsize=1024)
 def _parse_status(raw: str) -> ResourceStatus:
     # cached by the annotation text (several hooks read it for every container of a pod)
     try:
-        doc = json.loads(raw)
+        doc = jsontext.loads(raw)
     except ValueError:
         raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}: invalid JSON {raw[:64]!r}") from None
     if not isinstance(doc, dict):

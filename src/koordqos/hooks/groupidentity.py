@@ -7,7 +7,6 @@ latency-sensitive ones.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -16,6 +15,7 @@ from koordqos.hooks.framework import HookFn, HookPlugin, HookSpec, Level, Reconc
 from koordqos.hooks.options import BvtSystem
 from koordqos.hooks.resources import Resources
 from koordqos.hooks.rules import SLOView
+from koordqos.model import jsontext
 from koordqos.model.qos import KubeQoS, QoSClass
 
 NAME = "GroupIdentity"
@@ -160,7 +160,7 @@ class GroupIdentity(HookPlugin):
 def parse_cpu_qos_annotation(raw: str) -> tuple[bool, int | None]:
     """`{"enable":bool,"groupIdentity":-1..2}` → (enable, groupIdentity); ValueError when malformed."""
     try:
-        doc = json.loads(raw)
+        doc = jsontext.loads(raw)
     except ValueError:
         raise ValueError(f"{ANNOTATION_CPU_QOS}: invalid JSON {raw[:64]!r}") from None
     if not isinstance(doc, dict):

@@ -7,7 +7,6 @@ Removing the annotation does not revert processes (the original values are not r
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 import structlog
@@ -16,6 +15,7 @@ from prometheus_client import Counter
 from koordqos import observability as obs
 from koordqos.hooks.context import ContainerContext, ContainerRequest, Stage
 from koordqos.hooks.framework import HookFn, HookPlugin, HookSpec
+from koordqos.model import jsontext
 from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.hooks.oomscoreadj")
@@ -43,7 +43,7 @@ def target_oom_score_adj(annotations: Mapping[str, str] | None, container: str) 
     spec = annotations.get(ANNOTATION_OOM_SCORE_ADJ_SPEC, "")
     if spec:
         try:
-            doc = json.loads(spec)
+            doc = jsontext.loads(spec)
         except ValueError:
             raise ValueError(f"{ANNOTATION_OOM_SCORE_ADJ_SPEC}: invalid JSON {spec[:64]!r}") from None
         if not isinstance(doc, dict):

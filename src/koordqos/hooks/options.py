@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from koordqos.features import DEFAULT_GATES
 
@@ -36,6 +37,7 @@ class HookOptions:
     bvt: BvtSystem = field(default_factory=BvtSystem)
     core_sched_supported: bool = False
     core_sched_reason: str = "not probed"
+    resctrl_root: Path | None = None  # the mounted resctrl (`<sys>/fs/resctrl`); None without L3 CAT
 
     def gate(self, name: str) -> bool:
         """A feature gate, koordlet's default when not set."""

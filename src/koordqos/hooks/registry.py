@@ -6,7 +6,15 @@ run in name order whatever the order here; reconcilers run in this order at each
 
 from __future__ import annotations
 
-from koordqos.hooks import batchresource, coresched, cpunormalization, cpuset, groupidentity, oomscoreadj
+from koordqos.hooks import (
+    batchresource,
+    coresched,
+    cpunormalization,
+    cpuset,
+    groupidentity,
+    oomscoreadj,
+    resctrl,
+)
 from koordqos.hooks.framework import HookPlugin, HookSpec
 
 HOOKS: tuple[HookSpec[HookPlugin], ...] = (
@@ -16,4 +24,5 @@ HOOKS: tuple[HookSpec[HookPlugin], ...] = (
     groupidentity.HOOK,
     coresched.HOOK,
     oomscoreadj.HOOK,
+    resctrl.HOOK,
 )

@@ -5,13 +5,13 @@ A field left at None means "do not touch" (runtime-hooks.md §2.1).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
 
 from koordqos.errors import ModelError
+from koordqos.model import jsontext
 from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY
 from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.quantity import to_int
@@ -152,19 +152,27 @@ class ExtendedResourceSpecError(ValueError):
 def extended_from_annotation(annotations: Mapping[str, str]) -> ExtendedResourceSpec | None:
     """Parse `node.koordinator.sh/extended-resource-spec`; None when absent or without `containers`.
 
-    Raises ExtendedResourceSpecError on bad JSON or quantities.
+    Raises ExtendedResourceSpecError on bad JSON (also nesting too deep to decode) or quantities, and on
+    nothing else.
     """
     raw = annotations.get(ANNOTATION_EXTENDED_RESOURCE_SPEC)
     if not raw:
         return None
-    return _parse_extended(raw)
+    try:
+        return _parse_extended(raw)
+    except ExtendedResourceSpecError:
+        raise
+    except Exception as exc:  # any other failure on this text is a malformed annotation too, never a crash
+        raise ExtendedResourceSpecError(
+            f"{ANNOTATION_EXTENDED_RESOURCE_SPEC}: unreadable ({type(exc).__name__})"
+        ) from None
 
 
 @lru_cache(maxsize=1024)
 def _parse_extended(raw: str) -> ExtendedResourceSpec | None:
     # cached by the annotation text: every container of a pod (and every Synchronize) carries the same one
     try:
-        doc = json.loads(raw)
+        doc = jsontext.loads(raw)
     except ValueError as exc:
         raise ExtendedResourceSpecError(f"{ANNOTATION_EXTENDED_RESOURCE_SPEC}: invalid JSON: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("containers"), dict):

@@ -6,11 +6,11 @@ see the model itself, so their rule parsing is testable with plain values.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from koordqos.model import jsontext
 from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO, ResourceQOS
 
@@ -121,7 +121,7 @@ def _pools(raw: str | None, key: str) -> tuple[CPUSharePool, ...]:
     if not raw:
         return ()
     try:
-        doc = json.loads(raw)
+        doc = jsontext.loads(raw)
         return tuple(
             CPUSharePool(int(p.get("socket", 0)), int(p.get("node", 0)), str(p.get("cpuset", "")))
             for p in doc
@@ -140,7 +140,7 @@ def topology_view(annotations: Mapping[str, str]) -> TopologyView:
     raw_policy = annotations.get(ANNOTATION_KUBELET_CPU_MANAGER_POLICY)
     if raw_policy:
         try:
-            doc = json.loads(raw_policy)
+            doc = jsontext.loads(raw_policy)
             policy = str(doc.get("policy", "")) if isinstance(doc, dict) else ""
         except ValueError as exc:
             raise RuleError(f"{ANNOTATION_KUBELET_CPU_MANAGER_POLICY}: {exc}") from None
@@ -148,7 +148,7 @@ def topology_view(annotations: Mapping[str, str]) -> TopologyView:
     raw_system = annotations.get(ANNOTATION_SYSTEM_QOS_RESOURCE)
     if raw_system:
         try:
-            doc = json.loads(raw_system)
+            doc = jsontext.loads(raw_system)
         except ValueError as exc:
             raise RuleError(f"{ANNOTATION_SYSTEM_QOS_RESOURCE}: {exc}") from None
         system = str(doc.get("cpuset", "")) if isinstance(doc, dict) else ""

@@ -24,14 +24,40 @@ from koordqos.host.coresched import (
 )
 from koordqos.host.oom import OomScoreAdjWrite, apply_oom_score_adj
 from koordqos.host.outcome import Batch, Handler, HostResult, Outcome, RootUnavailable
+from koordqos.host.resctrl import (
+    ResctrlGroupCreate,
+    ResctrlGroupRemove,
+    ResctrlSchemataWrite,
+    ResctrlTasksAdd,
+    apply_create,
+    apply_remove,
+    apply_schemata,
+    apply_tasks,
+)
 from koordqos.host.sysctl import SysctlWrite, apply_sysctl
+from koordqos.host.sysfs import SysfsWrite, apply_sysfs
 from koordqos.once import SeenOnce
 
-HostIntent = SysctlWrite | OomScoreAdjWrite | CoreSchedCookie | CoreSchedPrune
+HostIntent = (
+    SysctlWrite
+    | SysfsWrite
+    | OomScoreAdjWrite
+    | CoreSchedCookie
+    | CoreSchedPrune
+    | ResctrlGroupCreate
+    | ResctrlSchemataWrite
+    | ResctrlTasksAdd
+    | ResctrlGroupRemove
+)
 
 HANDLERS: dict[type, Handler] = {
     SysctlWrite: apply_sysctl,
     OomScoreAdjWrite: apply_oom_score_adj,
+    SysfsWrite: apply_sysfs,
+    ResctrlGroupCreate: apply_create,
+    ResctrlSchemataWrite: apply_schemata,
+    ResctrlTasksAdd: apply_tasks,
+    ResctrlGroupRemove: apply_remove,
 }
 
 

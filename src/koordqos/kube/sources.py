@@ -31,6 +31,7 @@ from koordqos.kube.events import EventRecorder, nodeslo_reference
 from koordqos.kube.watch import WatchEvent
 from koordqos.model.node import NodeInfo, parse_node
 from koordqos.model.nodeslo import NodeSLO, default_nodeslo, parse_nodeslo
+from koordqos.model.nodeslo_lint import nodeslo_unknown_keys
 from koordqos.model.pod import PodInfo, parse_pod
 from koordqos.once import SeenOnce
 
@@ -40,6 +41,12 @@ if TYPE_CHECKING:
 log = structlog.get_logger("koordqos.kube.sources")
 T = TypeVar("T")
 
+NODESLO_UNKNOWN_FIELDS = Counter(
+    "koordqos_nodeslo_unknown_fields_total",
+    "NodeSLO keys the agent does not know (typos or newer fields; ignored), each path counted once",
+    ["source"],
+    registry=obs.REGISTRY,
+)
 NODESLO_INVALID = Counter(
     "koordqos_nodeslo_invalid_total",
     "NodeSLO objects rejected (the last good one kept)",
@@ -87,6 +94,15 @@ def _parse(parse: Callable[[Any], T], raw: Any, kind: str) -> T | None:
         return None
 
 
+def _identified_pod(raw: Mapping[str, Any]) -> PodInfo:
+    """parse_pod (total: a bad label/annotation/part is left out of the pod, never the pod dropped), then
+    reject only what cannot be a pod at all: an object without `metadata.uid`."""
+    pod = parse_pod(raw)
+    if not pod.uid:
+        raise ModelError("no metadata.uid")
+    return pod
+
+
 class PodSource:
     """Pods of this node (field selector `spec.nodeName`)."""
 
@@ -102,7 +118,7 @@ class PodSource:
         for i, raw in enumerate(items):
             if i and i % PARSE_BATCH == 0:
                 await asyncio.sleep(0)
-            pod = _parse(parse_pod, raw, "pod")
+            pod = _parse(_identified_pod, raw, "pod")
             if pod is not None and pod.uid and self._mine(pod):
                 pods.append(pod)
         listed = {p.uid: p.resource_version for p in pods}
@@ -125,7 +141,7 @@ class PodSource:
             if self.known.pop(uid, None) is not None:
                 await self.bus.publish(PodDeleted(uid))
             return
-        pod = _parse(parse_pod, event.object, "pod")
+        pod = _parse(_identified_pod, event.object, "pod")
         if pod is None:
             return
         if not self._mine(pod):
@@ -203,6 +219,7 @@ class NodeSLOSource:
         self.current: NodeSLO | None = None
         self.last_error = ""
         self.invalid_count = 0
+        self._unknown_seen: SeenOnce[str] = SeenOnce()
         self._synced = False
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -259,7 +276,21 @@ class NodeSLOSource:
             await self._publish(self.current or default_nodeslo())
             return
         self.last_error = ""
+        self._warn_unknown(raw)
         await self._publish(slo)
+
+    def _warn_unknown(self, raw: Mapping[str, Any]) -> None:
+        """Unknown keys are ignored (a cluster may carry newer CRD fields), logged and counted once each."""
+        for unknown in nodeslo_unknown_keys(raw):
+            if self._unknown_seen.first(unknown.path):
+                NODESLO_UNKNOWN_FIELDS.labels(self.source).inc()
+                log.warning(
+                    "unknown NodeSLO field ignored",
+                    node=self.node_name,
+                    field=unknown.path,
+                    suggestion=unknown.suggestion,
+                    resource_version=_meta(raw).get("resourceVersion"),
+                )
 
     async def _publish(self, slo: NodeSLO) -> None:
         if self.current is None or _spec_key(slo) != _spec_key(self.current):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -11,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from koordqos.errors import ModelError
+from koordqos.model import jsontext
 from koordqos.model.cpuset import parse_cpuset
 from koordqos.model.problems import report_problem
 from koordqos.model.quantity import parse_resource_list
@@ -124,7 +124,7 @@ def _parse_extensions(node: NodeInfo) -> NodeExtensions:
     raw = ann.get(ANNOTATION_NODE_RESERVATION)
     if raw is not None:
         try:
-            doc = json.loads(raw)
+            doc = jsontext.loads(raw)
             if not isinstance(doc, dict):
                 raise ModelError("expected a JSON object")
             resources, errs = parse_resource_list(doc.get("resources") or {})
@@ -141,7 +141,7 @@ def _parse_extensions(node: NodeInfo) -> NodeExtensions:
     raw = ann.get(ANNOTATION_SYSTEM_QOS_RESOURCE)
     if raw is not None:
         try:
-            doc = json.loads(raw)
+            doc = jsontext.loads(raw)
             if not isinstance(doc, dict):
                 raise ModelError("expected a JSON object")
             excl = doc.get("cpusetExclusive", True)

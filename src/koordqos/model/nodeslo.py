@@ -40,6 +40,12 @@ CPUPolicy = Literal["", "groupIdentity", "coreSched"]
 NetQOSPolicy = Literal["", "tc", "terway-qos"]
 MemoryQOSPolicy = Literal["", "default", "none", "auto"]
 
+# Value ranges of koordinator's `validate` tags, as JSON-schema keywords on the fields. Advisory: the agent
+# parses out-of-range values as koordlet does (its strategies check them at run time and skip the round);
+# `config validate` reports them as errors (koordqos.model.lint).
+PERCENT: dict[str, Any] = {"minimum": 0, "maximum": 100}
+NON_NEGATIVE: dict[str, Any] = {"minimum": 0}
+
 
 # -- resourceUsedThresholdWithBE ---------------------------------------------------------------------------
 
@@ -48,32 +54,48 @@ class ResourceThresholdStrategy(_Spec):
     """`spec.resourceUsedThresholdWithBE`: CPU suppress and the eviction thresholds (percent values)."""
 
     enable: bool | None = None
-    cpu_suppress_threshold_percent: int | None = Field(None, alias="cpuSuppressThresholdPercent")
-    cpu_suppress_min_percent: int | None = Field(None, alias="cpuSuppressMinPercent")
+    cpu_suppress_threshold_percent: int | None = Field(
+        None, alias="cpuSuppressThresholdPercent", json_schema_extra=PERCENT
+    )
+    cpu_suppress_min_percent: int | None = Field(
+        None, alias="cpuSuppressMinPercent", json_schema_extra=PERCENT
+    )
     cpu_suppress_policy: CPUSuppressPolicy | None = Field(None, alias="cpuSuppressPolicy")
-    memory_evict_threshold_percent: int | None = Field(None, alias="memoryEvictThresholdPercent")
-    memory_evict_lower_percent: int | None = Field(None, alias="memoryEvictLowerPercent")
+    memory_evict_threshold_percent: int | None = Field(
+        None, alias="memoryEvictThresholdPercent", json_schema_extra=PERCENT
+    )
+    memory_evict_lower_percent: int | None = Field(
+        None, alias="memoryEvictLowerPercent", json_schema_extra=PERCENT
+    )
     cpu_evict_be_satisfaction_lower_percent: int | None = Field(
-        None, alias="cpuEvictBESatisfactionLowerPercent"
+        None, alias="cpuEvictBESatisfactionLowerPercent", json_schema_extra=PERCENT
     )
     cpu_evict_be_satisfaction_upper_percent: int | None = Field(
-        None, alias="cpuEvictBESatisfactionUpperPercent"
+        None, alias="cpuEvictBESatisfactionUpperPercent", json_schema_extra=PERCENT
     )
-    cpu_evict_be_usage_threshold_percent: int | None = Field(None, alias="cpuEvictBEUsageThresholdPercent")
-    cpu_evict_time_window_seconds: int | None = Field(None, alias="cpuEvictTimeWindowSeconds")
-    cpu_evict_threshold_percent: int | None = Field(None, alias="cpuEvictThresholdPercent")
-    cpu_evict_lower_percent: int | None = Field(None, alias="cpuEvictLowerPercent")
+    cpu_evict_be_usage_threshold_percent: int | None = Field(
+        None, alias="cpuEvictBEUsageThresholdPercent", json_schema_extra=PERCENT
+    )
+    cpu_evict_time_window_seconds: int | None = Field(
+        None, alias="cpuEvictTimeWindowSeconds", json_schema_extra=NON_NEGATIVE
+    )
+    cpu_evict_threshold_percent: int | None = Field(
+        None, alias="cpuEvictThresholdPercent", json_schema_extra=PERCENT
+    )
+    cpu_evict_lower_percent: int | None = Field(None, alias="cpuEvictLowerPercent", json_schema_extra=PERCENT)
     cpu_evict_policy: CPUEvictPolicy | None = Field(None, alias="cpuEvictPolicy")
     evict_enabled_priority_threshold: int | None = Field(None, alias="evictEnabledPriorityThreshold")
     cpu_allocatable_evict_threshold_percent: int | None = Field(
-        None, alias="cpuAllocatableEvictThresholdPercent"
+        None, alias="cpuAllocatableEvictThresholdPercent", json_schema_extra=PERCENT
     )
-    cpu_allocatable_evict_lower_percent: int | None = Field(None, alias="cpuAllocatableEvictLowerPercent")
+    cpu_allocatable_evict_lower_percent: int | None = Field(
+        None, alias="cpuAllocatableEvictLowerPercent", json_schema_extra=PERCENT
+    )
     memory_allocatable_evict_threshold_percent: int | None = Field(
-        None, alias="memoryAllocatableEvictThresholdPercent"
+        None, alias="memoryAllocatableEvictThresholdPercent", json_schema_extra=PERCENT
     )
     memory_allocatable_evict_lower_percent: int | None = Field(
-        None, alias="memoryAllocatableEvictLowerPercent"
+        None, alias="memoryAllocatableEvictLowerPercent", json_schema_extra=PERCENT
     )
     allocatable_evict_priority_threshold: int | None = Field(None, alias="allocatableEvictPriorityThreshold")
 
@@ -85,8 +107,10 @@ class CPUQOS(_Spec):
     """Per-class CPU QoS: group identity (bvt), sched idle, core-sched expeller."""
 
     enable: bool | None = None
-    group_identity: int | None = Field(None, alias="groupIdentity")
-    sched_idle: int | None = Field(None, alias="schedIdle")
+    group_identity: int | None = Field(
+        None, alias="groupIdentity", json_schema_extra={"minimum": -1, "maximum": 2}
+    )
+    sched_idle: int | None = Field(None, alias="schedIdle", json_schema_extra={"minimum": 0, "maximum": 1})
     core_expeller: bool | None = Field(None, alias="coreExpeller")
 
 
@@ -209,7 +233,7 @@ class CPUBurstConfig(_Spec):
     """CPU burst settings; also the pod annotation `koordinator.sh/cpuBurst` (merged field by field)."""
 
     policy: CPUBurstPolicy | None = None
-    cpu_burst_percent: int | None = Field(None, alias="cpuBurstPercent")
+    cpu_burst_percent: int | None = Field(None, alias="cpuBurstPercent", json_schema_extra=NON_NEGATIVE)
     cfs_quota_burst_percent: int | None = Field(None, alias="cfsQuotaBurstPercent")
     cfs_quota_burst_period_seconds: int | None = Field(None, alias="cfsQuotaBurstPeriodSeconds")
 
@@ -217,7 +241,9 @@ class CPUBurstConfig(_Spec):
 class CPUBurstStrategy(CPUBurstConfig):
     """`spec.cpuBurstStrategy` (the config is inlined, plus the share-pool threshold)."""
 
-    share_pool_threshold_percent: int | None = Field(None, alias="sharePoolThresholdPercent")
+    share_pool_threshold_percent: int | None = Field(
+        None, alias="sharePoolThresholdPercent", json_schema_extra=PERCENT
+    )
 
 
 class SystemStrategy(_Spec):
@@ -496,6 +522,43 @@ def default_memory_qos(qos: str) -> MemoryQOS | None:
     if key is None:
         return None
     return MemoryQOS.model_validate(DEFAULT_SPEC["resourceQOSStrategy"][key]["memoryQOS"])
+
+
+# -- validators of the knobs the reconcile strategies write (qos-manager.md §2.5, §5) ------------------------
+
+#: MemoryQOS field → (wire name, lowest, highest) accepted; a value outside is not written (file unchanged).
+MEMORY_QOS_RANGES: Mapping[str, tuple[str, int, int | None]] = {
+    "min_limit_percent": ("minLimitPercent", 0, None),
+    "low_limit_percent": ("lowLimitPercent", 0, None),
+    "throttling_percent": ("throttlingPercent", 0, None),
+    "wmark_ratio": ("wmarkRatio", 0, 100),
+    "wmark_scale_permill": ("wmarkScalePermill", 1, 1000),
+    "wmark_min_adj": ("wmarkMinAdj", -25, 50),
+    "priority_enable": ("priorityEnable", 0, 1),
+    "priority": ("priority", 0, 12),
+    "oom_kill_group": ("oomKillGroup", 0, 1),
+    "page_cache_limit_percent": ("pageCacheLimitPercent", 0, 100),
+}
+
+
+def memory_qos_problems(cfg: MemoryQOS) -> dict[str, str]:
+    """Out-of-range fields of a MemoryQOS: python field name → message naming the wire field."""
+    out: dict[str, str] = {}
+    for name, (wire, lo, hi) in MEMORY_QOS_RANGES.items():
+        value = getattr(cfg, name)
+        if value is None:
+            continue
+        if value < lo or (hi is not None and value > hi):
+            out[name] = f"{wire} {value} outside [{lo}, {'' if hi is None else hi}]"
+    return out
+
+
+def without_invalid_memory_qos(cfg: MemoryQOS) -> tuple[MemoryQOS, dict[str, str]]:
+    """The config with its out-of-range fields unset (so their files stay unchanged), and the problems."""
+    problems = memory_qos_problems(cfg)
+    if not problems:
+        return cfg, problems
+    return cfg.model_copy(update=dict.fromkeys(problems)), problems
 
 
 # -- the second-level feature switch (qos-manager.md §1.6) -------------------------------------------------

@@ -86,6 +86,7 @@ class PodInfo(BaseModel):
     creation_timestamp: str = ""  # RFC 3339; sorts chronologically as a string
     host_network: bool = False
     runtime_class_name: str = ""
+    volumes: Mapping[str, str] = Field(default_factory=dict)  # volume name → PVC claim name ("" if not a PVC)
     parse_problems: Mapping[str, str] = Field(default_factory=dict)  # malformed quantities seen by parse_pod
 
     @property
@@ -290,9 +291,9 @@ def _container_states(statuses: Any) -> dict[str, tuple[str, str]]:
     for st in statuses:
         if not isinstance(st, dict):
             continue
-        state = st.get("state") or {}
+        state = _mapping(st.get("state"))
         kind = next((k for k in ("running", "terminated", "waiting") if k in state), "")
-        out[str(st.get("name", ""))] = (str(st.get("containerID") or ""), kind)
+        out[_text(st.get("name"))] = (_text(st.get("containerID")), kind)
     return out
 
 
@@ -306,8 +307,8 @@ def _containers(
     for spec in specs:
         if not isinstance(spec, dict):
             continue
-        name = str(spec.get("name", ""))
-        res = spec.get("resources") or {}
+        name = _text(spec.get("name"))
+        res = _mapping(spec.get("resources"))
         requests, errs = parse_resource_list(res.get("requests") or {})
         limits, lerrs = parse_resource_list(res.get("limits") or {})
         for err in (*errs, *lerrs):
@@ -328,10 +329,11 @@ def _containers(
 
 def parse_pod(raw: Mapping[str, Any], source: str = "api") -> PodInfo:
     """A raw pod dict → PodInfo (no validation pass: the dict is read field by field; malformed parts are
-    left out, listed in `problems` and reported once)."""
-    meta = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    status = raw.get("status") or {}
+    left out, listed in `problems` and reported once). Total for any JSON-shaped input: a part of the wrong
+    type is treated as absent, and no label or annotation value makes it raise."""
+    meta = _mapping(raw.get("metadata"))
+    spec = _mapping(raw.get("spec"))
+    status = _mapping(raw.get("status"))
     problems: dict[str, str] = {}
     containers = _containers(
         spec.get("containers"), status.get("containerStatuses"), False, problems, "spec.containers"
@@ -339,30 +341,31 @@ def parse_pod(raw: Mapping[str, Any], source: str = "api") -> PodInfo:
     init_containers = _containers(
         spec.get("initContainers"), status.get("initContainerStatuses"), True, problems, "spec.initContainers"
     )
-    kube_qos = KUBE_QOS_BY_NAME.get(status.get("qosClass") or "")
+    kube_qos = KUBE_QOS_BY_NAME.get(_text(status.get("qosClass")))
     if kube_qos is None:
         kube_qos = compute_kube_qos((*init_containers, *containers))
     priority = spec.get("priority")
     if not isinstance(priority, int) or isinstance(priority, bool):
         priority = None
     pod = PodInfo.model_construct(
-        uid=str(meta.get("uid", "")),
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        node_name=str(spec.get("nodeName") or ""),
+        uid=_text(meta.get("uid")),
+        namespace=_text(meta.get("namespace")),
+        name=_text(meta.get("name")),
+        node_name=_text(spec.get("nodeName")),
         labels=_str_map(meta.get("labels")),
         annotations=_str_map(meta.get("annotations")),
-        phase=str(status.get("phase") or "Pending"),
+        phase=_text(status.get("phase")) or "Pending",
         kube_qos=kube_qos,
         priority=priority,
         containers=containers,
         init_containers=init_containers,
-        resource_version=str(meta.get("resourceVersion", "")),
+        resource_version=_text(meta.get("resourceVersion")),
         deleting=bool(meta.get("deletionTimestamp")),
         source=source,
-        creation_timestamp=str(meta.get("creationTimestamp") or ""),
+        creation_timestamp=_text(meta.get("creationTimestamp")),
         host_network=spec.get("hostNetwork") is True,
-        runtime_class_name=str(spec.get("runtimeClassName") or ""),
+        runtime_class_name=_text(spec.get("runtimeClassName")),
+        volumes=_volumes(spec.get("volumes")),
         parse_problems=problems,
     )
     for key, msg in problems.items():
@@ -371,7 +374,39 @@ def parse_pod(raw: Mapping[str, Any], source: str = "api") -> PodInfo:
     return pod
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """`value` when it is a mapping, else {} (a part of the wrong type counts as absent)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _volumes(value: Any) -> dict[str, str]:
+    """spec.volumes → {name: PVC claim name, "" for other kinds} (blkio resolves pod volumes by name)."""
+    out: dict[str, str] = {}
+    if not isinstance(value, list):
+        return out
+    for vol in value:
+        if not isinstance(vol, Mapping) or not isinstance(vol.get("name"), str):
+            continue
+        pvc = vol.get("persistentVolumeClaim")
+        claim = pvc.get("claimName") if isinstance(pvc, Mapping) else None
+        out[vol["name"]] = claim if isinstance(claim, str) else ""
+    return out
+
+
 def _str_map(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
         return {}
-    return {str(k): str(v) for k, v in value.items()}
+    return {str(k): _text(v) for k, v in value.items()}
+
+
+def _text(value: Any) -> str:
+    """A scalar as text; None and containers (lists, objects: never valid here) as "" (their repr could
+    even recurse too deeply)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        try:
+            return str(value)
+        except ValueError:  # an int past the interpreter's digit limit
+            return ""
+    return ""

@@ -8,14 +8,14 @@ A malformed value falls back as the spec says (usually "absent") and is listed i
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from koordqos.errors import ModelError
+from koordqos.model import jsontext
 from koordqos.model.cpuset import parse_cpuset
 from koordqos.model.keys import (
     ANNOTATION_CPU_BURST,
@@ -100,8 +100,8 @@ class PodExtensions:
 
 def _json(raw: str) -> Any:
     try:
-        return json.loads(raw)
-    except ValueError as exc:
+        return jsontext.loads(raw)
+    except jsontext.JSONTextError as exc:
         raise ModelError(f"invalid JSON: {exc}") from None
 
 
@@ -151,8 +151,8 @@ def parse_extended_resource_spec(raw: str) -> dict[str, ContainerResources]:
 def parse_eviction_policy(raw: str) -> frozenset[str]:
     """`koordinator.sh/eviction-policy` → allowed feature names; anything but a JSON list → empty."""
     try:
-        doc = json.loads(raw)
-    except ValueError:
+        doc = jsontext.loads(raw)
+    except jsontext.JSONTextError:
         return frozenset()
     if not isinstance(doc, list):
         return frozenset()
@@ -169,83 +169,117 @@ def _model_annotation(cls: type[Any], raw: str) -> Any:
         raise ModelError(format_model_error(exc)) from None
 
 
-def parse_extensions(
-    labels: Mapping[str, str], ann: Mapping[str, str], uid: str, pod_key: str
-) -> PodExtensions:
-    """Labels/annotations → PodExtensions; each problem is reported once for pod `uid` (`pod_key`)."""
-    problems: dict[str, str] = {}
-    values: dict[str, Any] = {}
-
-    qos = labels.get(LABEL_QOS)
-    if qos and qos not in QOS_VALUES:
-        problems[LABEL_QOS] = f"unknown QoS class {qos!r} (treated as none)"
-    pc = labels.get(LABEL_PRIORITY_CLASS)
-    if pc is not None and pc not in PRIORITY_VALUES:
-        problems[LABEL_PRIORITY_CLASS] = f"unknown priority class {pc!r} (treated as none)"
-    sub = labels.get(LABEL_SUB_PRIORITY)
-    if sub is not None:
-        try:
-            values["priority_label"] = int(sub)
-        except ValueError:
-            problems[LABEL_SUB_PRIORITY] = f"not an integer: {sub!r}"
-
-    values["eviction_enabled"] = labels.get(LABEL_EVICTION_ENABLED) == "true"
-    ep = ann.get(ANNOTATION_EVICTION_PRIORITY)
-    if ep is not None:
-        try:
-            prio = int(ep)
-            if not -(2**31) <= prio < 2**31:
-                raise ValueError("out of int32 range")
-            values["eviction_priority"] = prio
-        except ValueError as exc:
-            problems[ANNOTATION_EVICTION_PRIORITY] = f"invalid int32 ({exc}); using 0"
-    policy = ann.get(ANNOTATION_EVICTION_POLICY)
-    if policy is not None:
-        allowed = parse_eviction_policy(policy)
-        values["eviction_policy"] = allowed
-        if not allowed:
-            problems[ANNOTATION_EVICTION_POLICY] = "not a non-empty JSON array of names: no eviction allowed"
-
-    parsers: Sequence[tuple[str, str, Any]] = (
-        (ANNOTATION_RESOURCE_STATUS, "resource_status", parse_resource_status),
-        (ANNOTATION_EXTENDED_RESOURCE_SPEC, "extended_resource_spec", parse_extended_resource_spec),
-        (ANNOTATION_CPU_QOS, "cpu_qos", lambda r: _model_annotation(PodCPUQOSConfig, r)),
-        (ANNOTATION_MEMORY_QOS, "memory_qos", lambda r: _model_annotation(PodMemoryQOSConfig, r)),
-        (ANNOTATION_CPU_BURST, "cpu_burst", lambda r: _model_annotation(CPUBurstConfig, r)),
-        (ANNOTATION_OOM_SCORE_ADJ_SPEC, "oom_score_adj_spec", _parse_oom_spec),
-    )
-    for key, attr, parser in parsers:
-        raw = ann.get(key)
-        if raw is None or (raw == "" and key != ANNOTATION_RESOURCE_STATUS):
-            continue
-        try:
-            values[attr] = parser(raw)
-        except ModelError as exc:
-            problems[key] = str(exc)
-
-    oom = ann.get(ANNOTATION_OOM_SCORE_ADJ)
-    if oom:
-        try:
-            values["oom_score_adj"] = int(oom)
-        except ValueError:
-            problems[ANNOTATION_OOM_SCORE_ADJ] = f"not an integer: {oom!r}"
-
-    values["core_sched_group_id"] = labels.get(LABEL_CORE_SCHED_GROUP_ID, "")
-    cs_policy = labels.get(LABEL_CORE_SCHED_POLICY, "")
-    if cs_policy in ("", "none", "exclusive"):
-        values["core_sched_policy"] = cs_policy
-    else:
-        problems[LABEL_CORE_SCHED_POLICY] = f"unknown policy {cs_policy!r} (treated as default)"
-
-    for key, msg in problems.items():
-        report_problem("pod", uid, pod_key, key, labels.get(key) or ann.get(key) or "", msg)
-    return PodExtensions(problems=problems, **values)
-
-
-def _parse_oom_spec(raw: str) -> dict[str, int]:
+def _parse_oom_spec_text(raw: str) -> dict[str, int]:
     doc = _json(raw)
     if not isinstance(doc, dict) or not all(
         isinstance(v, int) and not isinstance(v, bool) for v in doc.values()
     ):
         raise ModelError('expected {"<container>": <int>}')
     return {str(k): int(v) for k, v in doc.items()}
+
+
+def _eviction_priority(raw: str) -> int:
+    try:
+        prio = int(raw)
+    except ValueError as exc:
+        raise ModelError(f"invalid int32 ({exc}); using 0") from None
+    if not -(2**31) <= prio < 2**31:
+        raise ModelError("invalid int32 (out of int32 range); using 0")
+    return prio
+
+
+def _integer(raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ModelError(f"not an integer: {raw[:64]!r}") from None
+
+
+def _eviction_policy(raw: str) -> frozenset[str]:
+    allowed = parse_eviction_policy(raw)
+    if not allowed:
+        # the pod keeps the (empty) policy: no eviction allowed, and the problem is reported
+        raise _Fallback(allowed, "not a non-empty JSON array of names: no eviction allowed")
+    return allowed
+
+
+def _core_sched_policy(raw: str) -> str:
+    if raw in ("", "none", "exclusive"):
+        return raw
+    raise ModelError(f"unknown policy {raw[:64]!r} (treated as default)")
+
+
+class _Fallback(ModelError):
+    """A malformed value that still has a value to use (besides the problem to report)."""
+
+    def __init__(self, value: Any, message: str) -> None:
+        super().__init__(message)
+        self.value = value
+
+
+# (where, key, PodExtensions attribute, parser); each parser gets the raw text and returns the typed value
+# or raises (ModelError for the malformed values it knows; anything else is caught the same way).
+_PARSERS: tuple[tuple[str, str, str, Callable[[str], Any]], ...] = (
+    ("label", LABEL_SUB_PRIORITY, "priority_label", _integer),
+    ("annotation", ANNOTATION_EVICTION_PRIORITY, "eviction_priority", _eviction_priority),
+    ("annotation", ANNOTATION_EVICTION_POLICY, "eviction_policy", _eviction_policy),
+    ("annotation", ANNOTATION_RESOURCE_STATUS, "resource_status", parse_resource_status),
+    ("annotation", ANNOTATION_EXTENDED_RESOURCE_SPEC, "extended_resource_spec", parse_extended_resource_spec),
+    ("annotation", ANNOTATION_CPU_QOS, "cpu_qos", lambda r: _model_annotation(PodCPUQOSConfig, r)),
+    ("annotation", ANNOTATION_MEMORY_QOS, "memory_qos", lambda r: _model_annotation(PodMemoryQOSConfig, r)),
+    ("annotation", ANNOTATION_CPU_BURST, "cpu_burst", lambda r: _model_annotation(CPUBurstConfig, r)),
+    ("annotation", ANNOTATION_OOM_SCORE_ADJ_SPEC, "oom_score_adj_spec", _parse_oom_spec_text),
+    ("annotation", ANNOTATION_OOM_SCORE_ADJ, "oom_score_adj", _integer),
+    ("label", LABEL_CORE_SCHED_POLICY, "core_sched_policy", _core_sched_policy),
+)
+# empty text means "absent" for these (resource-status "" is an error: no JSON object)
+_EMPTY_IS_ABSENT = frozenset(
+    {
+        ANNOTATION_EXTENDED_RESOURCE_SPEC,
+        ANNOTATION_CPU_QOS,
+        ANNOTATION_MEMORY_QOS,
+        ANNOTATION_CPU_BURST,
+        ANNOTATION_OOM_SCORE_ADJ_SPEC,
+        ANNOTATION_OOM_SCORE_ADJ,
+    }
+)
+
+
+def parse_extensions(
+    labels: Mapping[str, str], ann: Mapping[str, str], uid: str, pod_key: str
+) -> PodExtensions:
+    """Labels/annotations → PodExtensions; each problem is reported once for pod `uid` (`pod_key`).
+
+    Total: any exception while parsing one label or annotation (bad JSON, nesting deep enough for a
+    RecursionError, a huge number, a wrong type) leaves that one at its fallback and lists it in `problems`;
+    the others are parsed as usual.
+    """
+    problems: dict[str, str] = {}
+    values: dict[str, Any] = {}
+
+    qos = labels.get(LABEL_QOS)
+    if qos and qos not in QOS_VALUES:
+        problems[LABEL_QOS] = f"unknown QoS class {qos[:64]!r} (treated as none)"
+    pc = labels.get(LABEL_PRIORITY_CLASS)
+    if pc is not None and pc not in PRIORITY_VALUES:
+        problems[LABEL_PRIORITY_CLASS] = f"unknown priority class {pc[:64]!r} (treated as none)"
+    values["eviction_enabled"] = labels.get(LABEL_EVICTION_ENABLED) == "true"
+    values["core_sched_group_id"] = labels.get(LABEL_CORE_SCHED_GROUP_ID, "")
+
+    for where, key, attr, parser in _PARSERS:
+        raw = (labels if where == "label" else ann).get(key)
+        if raw is None or (raw == "" and key in _EMPTY_IS_ABSENT):
+            continue
+        try:
+            values[attr] = parser(raw)
+        except _Fallback as exc:
+            values[attr] = exc.value
+            problems[key] = str(exc)
+        except ModelError as exc:
+            problems[key] = str(exc)
+        except Exception as exc:  # the parser did not foresee this input: the annotation is ignored
+            problems[key] = f"unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+
+    for key, msg in problems.items():
+        report_problem("pod", uid, pod_key, key, labels.get(key) or ann.get(key) or "", msg)
+    return PodExtensions(problems=problems, **values)

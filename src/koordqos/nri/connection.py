@@ -36,8 +36,10 @@ from koordqos.nri.ttrpc import (
     encode_request,
     encode_response,
 )
+from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.nri")
+_envelope_seen: SeenOnce[str] = SeenOnce()  # roles whose malformed envelope was logged
 
 # handler(request envelope, monotonic time the request was decoded) -> serialized Response envelope
 RequestHandler = Callable[[ttrpc_pb2.Request, float], Awaitable[bytes]]
@@ -140,7 +142,19 @@ class NRIConnection(asyncio.Protocol):
                 return
             received = time.monotonic()
             self._server_streams.accept(msg.stream_id)
-            req = decode_request(msg.data)
+            try:
+                req = decode_request(msg.data)
+            except ProtocolError as exc:
+                # the frame is intact, only this envelope is not: answer it (ttrpc's "unmarshal request
+                # error", INVALID_ARGUMENT) and keep the connection
+                m.MALFORMED_REQUESTS.labels(self.role, "(envelope)").inc()
+                if _envelope_seen.first(self.role):
+                    log.warning("malformed ttrpc request envelope answered", role=self.role, error=str(exc))
+                reply = encode_response(code=Code.INVALID_ARGUMENT, message=f"unmarshal request error: {exc}")
+                task = asyncio.get_running_loop().create_task(self._send_reply(msg.stream_id, reply))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                return
             task = asyncio.get_running_loop().create_task(self._serve(msg.stream_id, req, received))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -179,6 +193,9 @@ class NRIConnection(asyncio.Protocol):
                 code=Code.RESOURCE_EXHAUSTED,
                 message=f"reply of {len(reply)} bytes exceeds the {MAX_DATA_SIZE}-byte ttrpc limit",
             )
+        await self._send_reply(stream_id, reply)
+
+    async def _send_reply(self, stream_id: int, reply: bytes) -> None:
         try:
             await self.send(self.serve_conn, stream_id, MessageType.RESPONSE, reply)
         except ConnectionClosedError:

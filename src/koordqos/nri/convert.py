@@ -225,7 +225,12 @@ class NRIHooks:
         ctx = self.container_context(event.pod, event.container, state)
         self.core.stage(call, Stage.PRE_CREATE_CONTAINER, ctx, state)
         resp = ctx.response
-        if not (nri_visible(resp.resources) or resp.add_envs or resp.oom_score_adj is not None):
+        if not (
+            nri_visible(resp.resources)
+            or resp.add_envs
+            or resp.oom_score_adj is not None
+            or resp.rdt_class is not None
+        ):
             return
         if self._record(ctx, "adjust", _summary(resp.resources, resp.oom_score_adj), "CreateContainer"):
             fill_adjustment(event.adjust, ctx)
@@ -331,3 +336,5 @@ def fill_adjustment(adjust: api.ContainerAdjustment, ctx: ContainerContext) -> N
         adjust.env.add(key=key, value=value)
     if resp.oom_score_adj is not None:
         adjust.linux.oom_score_adj.value = resp.oom_score_adj
+    if resp.rdt_class is not None:
+        adjust.linux.resources.rdt_class.value = resp.rdt_class

@@ -19,8 +19,15 @@ CONNECT_FAILURES = Counter(
 )
 PROTOCOL_ERRORS = Counter(
     "koordqos_nri_protocol_errors_total",
-    "Connections dropped for malformed frames, oversize messages, bad protobuf or stream-id violations",
+    "Connections dropped for a broken byte stream: malformed frames, oversize messages, stream-id violations",
     ["role"],
+    registry=REGISTRY,
+)
+MALFORMED_REQUESTS = Counter(
+    "koordqos_nri_malformed_requests_total",
+    "Requests in intact frames whose envelope or payload does not parse: answered INVALID_ARGUMENT, "
+    "connection kept",
+    ["role", "method"],
     registry=REGISTRY,
 )
 DROPPED_MESSAGES = Counter(

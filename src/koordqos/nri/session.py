@@ -56,6 +56,7 @@ from koordqos.nri.events import (
 )
 from koordqos.nri.mask import VALID_EVENTS_LEGACY, parse_event_mask, validate_event_mask
 from koordqos.nri.ttrpc import Code, encode_response
+from koordqos.once import SeenOnce
 from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.nri")
@@ -95,14 +96,26 @@ P = TypeVar("P", bound=ProtoMessage)
 Handler = Callable[[bytes, float, int], Awaitable[bytes]]
 
 
+class MalformedPayload(ProtocolError):
+    """A message in an intact frame that does not parse: that request is answered with an error status, the
+    connection is kept (only a broken byte stream drops it)."""
+
+
 def parse_payload(cls: type[P], payload: bytes, method: str) -> P:
-    """Decode a message of `cls` (ProtocolError, which drops the connection, when it does not parse)."""
+    """Decode a message of `cls`; MalformedPayload when it does not parse (whatever the parser raises)."""
     msg = cls()
     try:
         msg.ParseFromString(payload)
     except (DecodeError, ValueError) as exc:
-        raise ProtocolError(f"{method}: request payload does not parse as {cls.__name__}: {exc}") from None
+        raise MalformedPayload(f"{method}: payload does not parse as {cls.__name__}: {exc}") from None
+    except Exception as exc:  # e.g. RecursionError from nesting: still just this message
+        raise MalformedPayload(
+            f"{method}: payload does not parse as {cls.__name__}: {type(exc).__name__}"
+        ) from None
     return msg
+
+
+_malformed_seen: SeenOnce[str] = SeenOnce()
 
 
 class PluginSession:
@@ -164,6 +177,15 @@ class PluginSession:
         except _ErrorReply as err:
             outcome = "error"
             reply = encode_response(code=err.code, message=err.message)
+        except MalformedPayload as exc:
+            # framing intact: answer this request (as ttrpc servers answer an undecodable request) and go on
+            outcome = "malformed"
+            m.MALFORMED_REQUESTS.labels("plugin", req.method).inc()
+            if _malformed_seen.first(req.method):
+                log.warning(
+                    "malformed NRI request answered INVALID_ARGUMENT", method=req.method, error=str(exc)
+                )
+            reply = encode_response(code=Code.INVALID_ARGUMENT, message=str(exc))
         except ProtocolError:
             outcome = "protocol_error"
             raise

@@ -37,12 +37,20 @@ def build_server(
 
     policy = parse_failure_policy(settings.failure_policy)
     service = RuntimeHookService(
-        bus, ProxyConverter(layout), policy, decisions=decisions, handler=core_handler(core)
+        bus,
+        ProxyConverter(layout),
+        policy,
+        decisions=decisions,
+        handler=core_handler(core),
+        max_message_bytes=settings.proxy_max_message_bytes,
     )
     disabled = {Stage(s) for s in settings.disable_stages}
     registration = RegistrationFile(
         settings.proxy_config_path,
-        render_registration(str(settings.proxy_addr), policy, proxy_stages(core.hooks.registry, disabled)),
+        # remote-endpoint: where the proxy on the host dials, not our (possibly in-container) listen path
+        render_registration(
+            settings.proxy_host_endpoint, policy, proxy_stages(core.hooks.registry, disabled)
+        ),
     )
     return ProxyServer(
         service,
@@ -50,4 +58,5 @@ def build_server(
         registration,
         refresh_interval=settings.reconcile_interval_seconds,
         status=status,
+        max_connections=settings.proxy_max_connections,
     )

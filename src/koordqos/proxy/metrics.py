@@ -30,3 +30,13 @@ REGISTRATION_WRITES = Counter(
     ["outcome"],
     registry=obs.REGISTRY,
 )
+OPEN_CONNECTIONS = Gauge(
+    "koordqos_proxy_open_connections",
+    "Connections to the RuntimeHookService socket now open",
+    registry=obs.REGISTRY,
+)
+REFUSED_CONNECTIONS = Counter(
+    "koordqos_proxy_refused_connections_total",
+    "Connections closed at accept because --runtime-hooks-max-connections were already open",
+    registry=obs.REGISTRY,
+)

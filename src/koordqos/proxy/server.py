@@ -120,18 +120,52 @@ class CorkedTransport:
 
 
 class _CorkedServer(Server):
-    """grpclib Server whose connections write through a CorkedTransport."""
+    """grpclib Server whose connections write through a CorkedTransport, at most `max_connections` at once.
+
+    A connection past the cap is closed as soon as it is accepted (counted, logged once per streak of
+    refusals), so held-open connections cannot exhaust the agent's file descriptors; the server stays up.
+    """
+
+    def __init__(self, handlers: Any, max_connections: int = 0) -> None:
+        super().__init__(handlers)
+        self.max_connections = max_connections  # 0: no cap
+        self.open_connections = 0
+        self._refusing = False
 
     def _protocol_factory(self) -> Any:
         protocol = super()._protocol_factory()
         made = protocol.connection_made
+        lost = protocol.connection_lost
+        counted = False
 
         def connection_made(transport: asyncio.BaseTransport) -> None:
+            nonlocal counted
+            if self.max_connections and self.open_connections >= self.max_connections:
+                m.REFUSED_CONNECTIONS.inc()
+                if not self._refusing:
+                    log.warning("runtime hook connection refused: too many open", limit=self.max_connections)
+                self._refusing = True
+                transport.close()
+                return
+            self._refusing = False
+            counted = True
+            self.open_connections += 1
+            m.OPEN_CONNECTIONS.set(self.open_connections)
             if isinstance(transport, asyncio.Transport):
                 transport = cast(asyncio.Transport, CorkedTransport(transport))
             made(transport)
 
+        def connection_lost(exc: Exception | None) -> None:
+            nonlocal counted
+            if not counted:
+                return  # refused: grpclib never saw it
+            counted = False
+            self.open_connections -= 1
+            m.OPEN_CONNECTIONS.set(self.open_connections)
+            lost(exc)
+
         protocol.connection_made = connection_made  # type: ignore[method-assign]
+        protocol.connection_lost = connection_lost  # type: ignore[method-assign,assignment]
         return protocol
 
 
@@ -148,8 +182,10 @@ class ProxyServer:
         registration: RegistrationFile | None = None,
         refresh_interval: float = 10.0,
         status: MutableMapping[str, Any] | None = None,
+        max_connections: int = 0,
     ) -> None:
         self.service = service
+        self.max_connections = max_connections
         self.socket_path = Path(socket_path)
         self.registration = registration
         self.refresh_interval = refresh_interval
@@ -162,7 +198,7 @@ class ProxyServer:
         """Bind the socket and start accepting calls; then write the registration file."""
         sock = bind_socket(self.socket_path)
         self._identity = _identity(self.socket_path)
-        server = _CorkedServer([self.service])
+        server = _CorkedServer([self.service], self.max_connections)
         try:
             await server.start(sock=sock)
         except BaseException:

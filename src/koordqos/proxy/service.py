@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("koordqos.proxy")
 
 DEFAULT_REQUEST_TIMEOUT = 2.0  # seconds, when the caller sends no grpc-timeout
+MAX_MESSAGE_BYTES = 4 << 20  # grpc-go's default receive limit
 
 # RPC → stage (runtime-hooks.md §5); the registration file lists only stages that have an RPC
 POD_RPCS: dict[str, Stage] = {
@@ -105,8 +106,10 @@ class RuntimeHookService(RuntimeHookServiceBase):
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         decisions: DecisionLog | None = None,
         handler: ProxyHandler = no_hooks,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.bus = bus  # NodeState for the conversion (read only)
+        self.max_message_bytes = max_message_bytes
         self.converter = converter
         self.handler = handler
         self.policy = policy
@@ -230,13 +233,32 @@ class RuntimeHookService(RuntimeHookServiceBase):
         return None
 
     async def _recv(self, stream: Stream[Req, Any], method: str) -> Req:
-        try:
-            req = await stream.recv_message()
-        except DecodeError as exc:
-            raise self._invalid(method, f"request does not parse: {exc}") from None
-        if req is None:
+        # grpclib has no receive limit and reads a whole message before decoding it: read the 5-byte
+        # length prefix first and refuse an oversized message before its bytes are buffered, as grpc-go does
+        # (grpclib's message framing, read through the server stream's protocol stream)
+        h2: Any = stream._stream
+        meta = await h2.recv_data(5)
+        if len(meta) < 5:
             raise self._invalid(method, "no request message")
+        if meta[0]:
+            raise self._invalid(method, "compressed messages are not supported")
+        length = int.from_bytes(meta[1:5], "big")
+        if length > self.max_message_bytes:
+            raise self._too_large(method, length)
+        data = await h2.recv_data(length)
+        try:
+            req: Req = stream._codec.decode(data, stream._recv_type)
+        except (DecodeError, ValueError) as exc:
+            raise self._invalid(method, f"request does not parse: {exc}") from None
+        except Exception as exc:  # e.g. RecursionError from deep nesting: still only this request
+            raise self._invalid(method, f"request does not parse: {type(exc).__name__}") from None
         return req
+
+    def _too_large(self, method: str, length: int) -> _Reply:
+        message = f"received message larger than max ({length} vs. {self.max_message_bytes})"
+        if _INVALID_SEEN.first(f"{method}:too-large"):
+            log.warning("oversized runtime hook request refused", method=method, size=length)
+        return _Reply(Status.RESOURCE_EXHAUSTED, message, "resource_exhausted")
 
     def _convert(self, build: Callable[[], T], method: str) -> T:
         try:

@@ -12,6 +12,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from koordqos import observability as obs
+from koordqos.errors import StartupError
 
 if TYPE_CHECKING:
     from koordqos.config import ServerSettings
@@ -86,7 +87,11 @@ class HTTPServer:
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
         try:
-            await site.start()
+            try:
+                await site.start()
+            except OSError as exc:
+                # at start-up, not a crash to retry: the agent exits with this one line
+                raise StartupError(f"--http-addr {self.settings.http_addr}: {exc.strerror or exc}") from None
             server = getattr(site, "_server", None)
             if server is not None and server.sockets:
                 self.bound_port = server.sockets[0].getsockname()[1]

@@ -42,15 +42,23 @@ ORDER = (
 
 
 def _register_builtin() -> None:
+    from koordqos.strategies.blkio import BlkioReconcileStrategy
     from koordqos.strategies.cpuburst import CPUBurstStrategy
     from koordqos.strategies.cpuevict import CPUEvictStrategy
     from koordqos.strategies.cpusuppress import CPUSuppressStrategy
     from koordqos.strategies.memoryevict import MemoryEvictStrategy
+    from koordqos.strategies.memoryqos import CgroupReconcileStrategy
+    from koordqos.strategies.resctrl import ResctrlReconcileStrategy
+    from koordqos.strategies.sysconfig import SystemConfigStrategy
 
+    register("BlkioReconcile", BlkioReconcileStrategy)
+    register("CgroupReconcile", CgroupReconcileStrategy)
     register("CPUBurst", CPUBurstStrategy)
     register("CPUEvict", CPUEvictStrategy)
     register("CPUSuppress", CPUSuppressStrategy)
     register("MemoryEvict", MemoryEvictStrategy)
+    register("ResctrlReconcile", ResctrlReconcileStrategy)
+    register("SystemConfigReconcile", SystemConfigStrategy)
 
 
 _register_builtin()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from koordqos.model import jsontext
 from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import HostApplicationSpec
 from koordqos.model.pod import PodInfo
@@ -76,7 +76,7 @@ def cpu_manager_policy(node: NodeInfo | None) -> str:
     if not raw:
         return ""
     try:
-        doc = json.loads(raw)
+        doc = jsontext.loads(raw)
     except ValueError:
         return ""
     policy = doc.get("policy") if isinstance(doc, dict) else None

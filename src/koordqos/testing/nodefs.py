@@ -33,6 +33,10 @@ EXTENSION_FILES = {
     "memory.priority": ("memory", "0"),
     "memory.use_priority_oom": ("memory", "0"),
     "memory.oom.group": ("memory", "0"),
+    "memory.pagecache_limit.enable": ("memory", "0"),
+    "memory.pagecache_limit.size": ("memory", "0"),
+    "memory.pagecache_limit.sync": ("memory", "0"),
+    "blkio.cost.weight": ("blkio", "default 100"),
 }
 
 
@@ -108,6 +112,10 @@ class SyntheticNode:
                 ("memory", "memory.usage_in_bytes"): "0",
                 ("memory", "memory.stat"): "cache 0\nrss 0\ntotal_inactive_file 0\ntotal_active_file 0\n",
                 ("blkio", "blkio.throttle.read_bps_device"): "",
+                ("blkio", "blkio.throttle.read_iops_device"): "",
+                ("blkio", "blkio.throttle.write_bps_device"): "",
+                ("blkio", "blkio.throttle.write_iops_device"): "",
+                ("cpu", "tasks"): "",
             }
         else:
             files = {
@@ -127,9 +135,16 @@ class SyntheticNode:
                 ("memory", "memory.min"): "0",
                 ("memory", "memory.low"): "0",
                 ("memory", "memory.high"): "max",
+                ("io", "io.max"): "",
+                ("io", "io.weight"): "default 100",
+                ("cpu", "cgroup.threads"): "",
             }
         for name in self.extensions:
             sub, default = EXTENSION_FILES[name]
+            if self.version is CgroupVersion.V2:
+                name = {"blkio.cost.weight": "io.weight"}.get(name, name)
+            elif name.startswith("memory.pagecache_limit."):
+                continue  # Anolis has the page-cache limit on v2 only
             files.setdefault((sub, name), default)
         for (sub, name), value in files.items():
             path = self._dir(rel, sub) / name
@@ -250,3 +265,98 @@ class SyntheticNode:
             f"MemTotal:       {total // 1024} kB\nMemFree:        {free // 1024} kB\n"
             f"MemAvailable:   {available // 1024} kB\nBuffers:        0 kB\nCached:         0 kB\n"
         )
+
+    # -- more of the host: threads, resctrl, sysctls, block devices ----------------------------------------
+
+    def set_threads(self, rel: str, tids: Iterable[int]) -> None:
+        """The thread ids of a cgroup (`tasks` in the v1 cpu hierarchy, `cgroup.threads` on v2)."""
+        name = "tasks" if self.version is CgroupVersion.V1 else "cgroup.threads"
+        self.path(rel, "cpu", name).write_text("".join(f"{t}\n" for t in tids))
+
+    @property
+    def resctrl_root(self) -> Path:
+        """Where resctrl is mounted under the sys root."""
+        return self.sys_root / "fs" / "resctrl"
+
+    def add_resctrl(
+        self,
+        cbm: str = "7ff",
+        cache_ids: Iterable[int] = (0, 1),
+        vendor: str = "GenuineIntel",
+        mba: bool = True,
+    ) -> None:
+        """A mounted resctrl with L3 CAT (and MBA): root schemata, info/L3/cbm_mask, tasks; vendor."""
+        ids = list(cache_ids)
+        root = self.resctrl_root
+        (root / "info" / "L3").mkdir(parents=True, exist_ok=True)
+        (root / "info" / "L3" / "cbm_mask").write_text(cbm + "\n")
+        lines = ["L3:" + ";".join(f"{i}={cbm}" for i in ids)]
+        if mba:
+            (root / "info" / "MB").mkdir(parents=True, exist_ok=True)
+            full = "2048" if vendor == "AuthenticAMD" else "100"
+            lines.append("MB:" + ";".join(f"{i}={full}" for i in ids))
+        (root / "schemata").write_text("\n".join(lines) + "\n")
+        (root / "tasks").write_text("1\n")
+        self.proc_root.mkdir(parents=True, exist_ok=True)
+        flags = "fpu cat_l3 mba rdt_a" if vendor != "AuthenticAMD" else "fpu cat_l3 mba"
+        (self.proc_root / "cpuinfo").write_text(
+            "".join(
+                f"processor\t: {i}\nvendor_id\t: {vendor}\nflags\t\t: {flags}\n\n" for i in range(self.cpus)
+            )
+        )
+
+    def add_sysctls(self, **extra: str) -> None:
+        """The vm sysctls (and, by keyword, optional files: "memcg_reaper", "group_identity", "idle_saver",
+        "pagecache_limit", "sched_features"=content) with the spec's initial values."""
+        vm = self.proc_root / "sys" / "vm"
+        vm.mkdir(parents=True, exist_ok=True)
+        (vm / "min_free_kbytes").write_text("5368709\n")
+        (vm / "watermark_scale_factor").write_text("150\n")
+        kernel = self.proc_root / "sys" / "kernel"
+        kernel.mkdir(parents=True, exist_ok=True)
+        files = {
+            "memcg_reaper": self.sys_root / "kernel/mm/memcg_reaper/reap_background",
+            "group_identity": kernel / "sched_group_identity_enabled",
+            "idle_saver": kernel / "sched_idle_saver_wmark",
+            "pagecache_limit": self.sys_root / "kernel/mm/pagecache_limit/enabled",
+            "sched_features": self.sys_root / "kernel/debug/sched_features",
+        }
+        for key, value in extra.items():
+            path = files[key]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(value if value.endswith("\n") or not value else value + "\n")
+
+    def add_block_device(self, name: str, number: str, partitions: Iterable[tuple[str, str]] = ()) -> None:
+        """A disk under <sys>/block with its MAJ:MIN and partitions."""
+        d = self.sys_root / "block" / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "dev").write_text(number + "\n")
+        for part, pnum in partitions:
+            (d / part).mkdir(exist_ok=True)
+            (d / part / "dev").write_text(pnum + "\n")
+
+    def add_logical_volume(self, dm: str, number: str, vg: str, lv: str, pv: str) -> str:
+        """A device-mapper LV `<vg>-<lv>` on physical volume `pv` (disk or partition); its /dev path."""
+        d = self.sys_root / "block" / dm
+        (d / "dm").mkdir(parents=True, exist_ok=True)
+        (d / "slaves" / pv).mkdir(parents=True, exist_ok=True)
+        (d / "dev").write_text(number + "\n")
+        name = f"{vg.replace('-', '--')}-{lv.replace('-', '--')}"
+        (d / "dm" / "name").write_text(name + "\n")
+        return f"/dev/mapper/{name}"
+
+    def add_mount(self, device: str, point: str) -> None:
+        """A line of <proc>/mounts."""
+        self.proc_root.mkdir(parents=True, exist_ok=True)
+        mounts = self.proc_root / "mounts"
+        old = mounts.read_text() if mounts.exists() else ""
+        mounts.write_text(old + f"{device} {point} ext4 rw,relatime 0 0\n")
+
+    def add_blkio_root(self) -> None:
+        """The root-only io cost files (v1 Anolis `blkio.cost.qos`/`.model`; v2 `io.cost.qos`/`.model`)."""
+        if self.version is CgroupVersion.V1:
+            base, names = self.cgroup_root / "blkio", ("blkio.cost.qos", "blkio.cost.model")
+        else:
+            base, names = self.cgroup_root, ("io.cost.qos", "io.cost.model")
+        for n in names:
+            (base / n).write_text("")

@@ -1,0 +1,152 @@
+"""Long fuzz run (outside CI): mutated NRI requests and proxy messages against the agent subprocess.
+
+    .venv/bin/python bench/fuzz.py --nri 1000000 --proxy 100000 [--concurrency 8] [--seed 1] [--json]
+
+The agent runs in local mode on the colocation scenario's synthetic node (koordqos.testing.fuzz). Every NRI
+request is a valid plugin-service request of that scenario with 1-4 byte mutations of its protobuf payload,
+in an intact ttrpc/mux frame (so the agent must answer each one); every `--stream-break-every`-th request
+instead breaks the byte stream itself (a frame header announcing more than the mux limit), after which the
+plugin must reconnect. Proxy messages are mutated RuntimeHookService requests over grpc (unix socket).
+Afterwards a valid session runs (CreateContainer for the batch pod must carry its batch shares and memory
+limit; every proxy seed must answer OK). Reported: outcomes, crashes (agent exited), hangs (no answer within
+the timeout), RSS and open fds of the agent at the start, every 10 %, and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from collections import Counter
+from typing import Any
+
+from _common import machine
+from koordqos.nri.api import nri_api_pb2 as api
+from koordqos.testing.fuzz import FuzzTarget, Mutator, nri_seeds, proxy_call, proxy_seeds
+
+#: A mux frame header for conn 1 announcing 4 GiB: past the frame limit, the byte stream cannot be resynced.
+BROKEN_STREAM = (1).to_bytes(4, "big") + (0xFFFFFFFF).to_bytes(4, "big")
+
+
+async def _nri_phase(
+    t: FuzzTarget, total: int, workers: int, seed: int, every: int, out: dict[str, Any]
+) -> None:
+    seeds = nri_seeds(t.scenario)
+    counts: Counter[str] = Counter()
+    vitals: list[tuple[int, int, int]] = []
+    next_i = 0
+    step = max(total // 10, 1)
+
+    async def worker(w: int) -> None:
+        nonlocal next_i
+        mut = Mutator(seed * 1000 + w)
+        while next_i < total and t.alive():
+            i = next_i
+            next_i += 1
+            if every and i % every == every - 1:
+                # a broken byte stream: the plugin must drop the connection and come back
+                counts[
+                    "stream-broken" if await t.break_stream(BROKEN_STREAM) else "stream-already-closed"
+                ] += 1
+                continue
+            method, payload = seeds[i % len(seeds)]
+            counts[await t.nri(method, mut.mutate(payload), timeout=5.0)] += 1
+            if i % step == 0:
+                v = t.vitals()
+                vitals.append((i, v.rss_kib, v.fds))
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker(w) for w in range(workers)))
+    out["nri"] = {
+        "requests": next_i,
+        "seconds": round(time.monotonic() - started, 1),
+        "outcomes": dict(counts),
+        "hangs": counts["hang"],
+        "vitals": vitals,
+    }
+
+
+async def _proxy_phase(t: FuzzTarget, total: int, workers: int, seed: int, out: dict[str, Any]) -> None:
+    assert t.channel is not None
+    channel = t.channel
+    seeds = proxy_seeds(t.scenario)
+    counts: Counter[str] = Counter()
+    vitals: list[tuple[int, int, int]] = []
+    next_i = 0
+    step = max(total // 10, 1)
+
+    async def worker(w: int) -> None:
+        nonlocal next_i
+        mut = Mutator(seed * 7919 + w)
+        while next_i < total and t.alive():
+            i = next_i
+            next_i += 1
+            method, payload = seeds[i % len(seeds)]
+            counts[await proxy_call(channel, method, mut.mutate(payload), timeout=5.0)] += 1
+            if i % step == 0:
+                v = t.vitals()
+                vitals.append((i, v.rss_kib, v.fds))
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker(w) for w in range(workers)))
+    out["proxy"] = {
+        "messages": next_i,
+        "seconds": round(time.monotonic() - started, 1),
+        "outcomes": dict(counts),
+        "hangs": counts["hang"],
+        "vitals": vitals,
+    }
+
+
+async def _valid_session(t: FuzzTarget) -> dict[str, Any]:
+    assert t.channel is not None
+    batch = next(p for p in t.scenario.pods if p.name == "batch-job")
+    worker = next(c for c in t.scenario.containers if c.pod_sandbox_id == batch.id)
+    resp = await t.runtime.create_container(batch, worker)
+    res = resp.adjust.linux.resources if resp is not None else api.LinuxResources()
+    nri_ok = res.cpu.shares.value == 1024 and res.memory.limit.value == 2 << 30
+    proxy = [await proxy_call(t.channel, m, p, timeout=5.0) for m, p in proxy_seeds(t.scenario)]
+    return {"nri_create_container_ok": nri_ok, "proxy_ok": proxy.count("ok"), "proxy_total": len(proxy)}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"machine": machine()}
+    async with FuzzTarget(request_timeout=10.0) as t:
+        v = t.vitals()
+        out["start"] = {"rss_kib": v.rss_kib, "fds": v.fds}
+        if args.nri:
+            await _nri_phase(t, args.nri, args.concurrency, args.seed, args.stream_break_every, out)
+        if args.proxy and t.alive():
+            await _proxy_phase(t, args.proxy, args.concurrency, args.seed, out)
+        out["crashed"] = not t.alive()
+        if t.alive():
+            out["valid_session"] = await _valid_session(t)
+            v = t.vitals()
+            out["end"] = {"rss_kib": v.rss_kib, "fds": v.fds}
+        else:
+            out["agent_log_tail"] = t.agent_log()[-4000:]
+    out["load_average"] = os.getloadavg()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--nri", type=int, default=10_000, help="mutated NRI requests")
+    p.add_argument("--proxy", type=int, default=1_000, help="mutated proxy messages")
+    p.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--stream-break-every", type=int, default=10_000, help="0: never break the byte stream")
+    p.add_argument("--json", action="store_true", help="print the result as JSON only")
+    args = p.parse_args()
+    result = asyncio.run(main_async(args))
+    if args.json:
+        print(json.dumps(result))
+        return
+    for key, value in result.items():
+        print(f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()
