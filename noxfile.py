@@ -1,4 +1,4 @@
-"""nox sessions: tests, lint, typecheck, bench, protos, e2e-runtime."""
+"""nox sessions: tests, lint, typecheck, bench, protos, e2e-runtime, e2e-apiserver."""
 
 from __future__ import annotations
 
@@ -47,6 +47,22 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict over the package."""
     session.install("-e", ".[dev]")
     session.run("mypy")
+
+
+@nox.session(name="e2e-apiserver", python=PYTHON)
+def e2e_apiserver(session: nox.Session) -> None:
+    """The cluster-mode suite against a real kube-apiserver + etcd (tests/apiserver), built with Go from the
+    module proxy and cached under ~/.cache/koordqos-e2e; fails if they cannot be built or started."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "tests.apiserver.build")
+    session.run(
+        "pytest",
+        "tests/apiserver",
+        "-m",
+        "e2e_apiserver",
+        *(session.posargs or ["-q"]),
+        env={"KOORDQOS_E2E_APISERVER": "require"},
+    )
 
 
 @nox.session(python=PYTHON)

@@ -37,6 +37,7 @@ from koordqos.hooks.reconciler import HookReconciler
 from koordqos.hooks.runtime import RuntimeHooks
 from koordqos.host import HostActuator, PrctlCookieOps
 from koordqos.kube import KubeConnection, cluster_sources
+from koordqos.kube.eventlimit import RateLimitedRecorder
 from koordqos.kube.events import EventRecorder
 from koordqos.kube.evictor import Evictor
 from koordqos.kube.local import LocalSources
@@ -127,7 +128,7 @@ def build_services(
         import kubernetes_asyncio.config  # noqa: F401
 
         kube = KubeConnection(config.kube.kubeconfig)
-        recorder = EventRecorder(kube.get, config.node_name)
+        recorder = RateLimitedRecorder(kube.get, config.node_name)  # one Event per object and reason a minute
     evictor = Evictor(
         decisions,
         kube.get if kube is not None else None,
@@ -354,6 +355,7 @@ class Agent:
                 metric_store=svc.metric_store,
                 topology=svc.topology,
                 evictor=svc.evictor,
+                recorder=svc.recorder,
             )
         hooks_on = "hooks" in on
         if hooks_on:

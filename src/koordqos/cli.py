@@ -1,4 +1,4 @@
-"""Command line: `koordqos run | report --once | version | config validate FILE`."""
+"""Command line: `koordqos run | report --once | version | config validate FILE | demo`."""
 
 from __future__ import annotations
 
@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     val = cfg_sub.add_parser("validate", help="validate a NodeSLO or agent config file")
     val.add_argument("file", type=Path)
     cfg_sub.add_parser("flags", help="print every flag, its environment variable and default (Markdown)")
+    from koordqos.demo.options import add_flags as add_demo_flags
+
+    demo = sub.add_parser("demo", help="watch CPU suppress protect LS latency (needs koordqos[demo])")
+    add_demo_flags(demo)
     return parser
 
 
@@ -57,6 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(flags_markdown(), end="")
                 return 0
             return validate_file(args.file)
+        if args.command == "demo":
+            from koordqos.demo.main import run as run_demo
+            from koordqos.demo.options import options_from_args
+
+            return run_demo(options_from_args(args))
         if args.command == "report":
             return report_once(args)
         return run_agent(args)

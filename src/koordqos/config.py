@@ -126,6 +126,10 @@ class QoSSettings(_Group):
 
     reconcile_interval_seconds: float = 1.0
     cpu_suppress_interval_seconds: float = 1.0
+    # Project decision (docs/cpu-suppress-stability.md): a system-usage window and a hysteresis band keep
+    # the BE quota steady at short intervals; 0 and 0 give koordlet's last-sample, 1 %-bypass behaviour.
+    cpu_suppress_usage_window_seconds: float = Field(5.0, ge=0)
+    cpu_suppress_hysteresis_percent: float = Field(5.0, ge=0, le=100)
     cpu_evict_interval_seconds: float = 1.0
     memory_evict_interval_seconds: float = 1.0
     memory_evict_cool_time_seconds: float = 4.0
@@ -375,6 +379,18 @@ FLAGS: tuple[Flag, ...] = (
         "reconcile-interval-seconds", "qos.reconcile_interval_seconds", "reconcile strategies period", float
     ),
     Flag("cpu-suppress-interval-seconds", "qos.cpu_suppress_interval_seconds", "CPU suppress period", float),
+    Flag(
+        "cpu-suppress-usage-window-seconds",
+        "qos.cpu_suppress_usage_window_seconds",
+        "CPU suppress: system usage averaged over this window (0: koordlet's last sample)",
+        float,
+    ),
+    Flag(
+        "cpu-suppress-hysteresis-percent",
+        "qos.cpu_suppress_hysteresis_percent",
+        "CPU suppress: keep the BE quota while the target is within this % of capacity (0: koordlet)",
+        float,
+    ),
     Flag("cpu-evict-interval-seconds", "qos.cpu_evict_interval_seconds", "CPU evict period", float),
     Flag("memory-evict-interval-seconds", "qos.memory_evict_interval_seconds", "memory evict period", float),
     Flag(

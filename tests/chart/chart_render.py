@@ -46,6 +46,8 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
     "metrics": {
         "service": {"enabled": True},
         "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}},
+        "grafanaDashboard": {"enabled": True, "namespace": "monitoring"},
+        "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
     },
     "podLabels": {"team": "platform"},
 }

@@ -19,6 +19,7 @@ from .chart_render import (
     Rendered,
     render,
 )
+from .operator_schemas import PROMETHEUSRULE_SCHEMA
 
 # kubernetes-validate ships only built-in kinds. The ServiceMonitor (monitoring.coreos.com/v1, a Prometheus
 # Operator CRD) is checked against this pinned subset of its CRD schema instead: exactly the fields the chart
@@ -91,10 +92,11 @@ SERVICEMONITOR_SCHEMA: dict[str, Any] = {
 
 
 def _validate(manifest: dict[str, Any], version: str) -> None:
-    if manifest["kind"] == "ServiceMonitor":
+    operator_schemas = {"ServiceMonitor": SERVICEMONITOR_SCHEMA, "PrometheusRule": PROMETHEUSRULE_SCHEMA}
+    if manifest["kind"] in operator_schemas:
         with pytest.raises(kubernetes_validate.utils.SchemaNotFoundError):
             kubernetes_validate.validate(manifest, version, strict=True)
-        jsonschema.Draft202012Validator(SERVICEMONITOR_SCHEMA).validate(manifest)
+        jsonschema.Draft202012Validator(operator_schemas[manifest["kind"]]).validate(manifest)
         return
     kubernetes_validate.validate(manifest, version, strict=True)
 
@@ -108,8 +110,19 @@ def test_default_render_has_the_expected_objects(default_render: Rendered) -> No
 
 def test_non_default_render_has_the_expected_objects(custom_render: Rendered) -> None:
     kinds = sorted(m["kind"] for m in custom_render.manifests)
-    # crds.install=false and serviceAccount.create=false drop those; metrics add Service + ServiceMonitor.
-    assert kinds == sorted(["DaemonSet", "ClusterRole", "ClusterRoleBinding", "Service", "ServiceMonitor"])
+    # crds.install=false and serviceAccount.create=false drop those; metrics add Service + ServiceMonitor,
+    # the dashboard ConfigMap and the PrometheusRule.
+    assert kinds == sorted(
+        [
+            "DaemonSet",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Service",
+            "ServiceMonitor",
+            "ConfigMap",
+            "PrometheusRule",
+        ]
+    )
 
 
 @pytest.mark.parametrize("version", [KUBE_VERSION, KUBE_MIN_VERSION])

@@ -10,12 +10,9 @@ from koordqos.cli import build_parser
 from .chart_render import render
 from .test_security import MINIMAL_RBAC, REPORT_RBAC, rbac_grants
 
-NODEMETRIC_READ = {("slo.koordinator.sh", "nodemetrics", v) for v in ("get", "list", "watch")}
+NODEMETRIC_READ = {("slo.koordinator.sh", "nodemetrics", "get")}
 NODEMETRIC_WRITE = {("slo.koordinator.sh", "nodemetrics/status", "update")}
-NRT = {
-    ("topology.node.k8s.io", "noderesourcetopologies", v)
-    for v in ("get", "list", "watch", "create", "update")
-}
+NRT = {("topology.node.k8s.io", "noderesourcetopologies", v) for v in ("get", "create", "update")}
 PROXY = {("", "nodes/proxy", "get")}
 NODE_STATUS = {("", "nodes/status", "patch")}
 

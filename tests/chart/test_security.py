@@ -10,29 +10,22 @@ import helm_python as helm
 from .chart_render import NAMESPACE, Rendered, render
 
 # Exactly the access the agent needs in cluster mode (ARCHITECTURE.md; deployment.md §1.1 note).
+# tests/apiserver/test_rbac.py checks it against what the agent really does on a real API server.
 MINIMAL_RBAC = {
-    ("", "pods", "get"),
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods/eviction", "create"),
-    ("", "nodes", "get"),
     ("", "nodes", "list"),
     ("", "nodes", "watch"),
-    ("slo.koordinator.sh", "nodeslos", "get"),
     ("slo.koordinator.sh", "nodeslos", "list"),
     ("slo.koordinator.sh", "nodeslos", "watch"),
     ("", "events", "create"),
-    ("", "events", "patch"),
 }
 # koordinator-reporting.md §4.2: the reports (defaults: NodeMetric status, NRT, kubelet /configz)
 REPORT_RBAC = {
     ("slo.koordinator.sh", "nodemetrics", "get"),
-    ("slo.koordinator.sh", "nodemetrics", "list"),
-    ("slo.koordinator.sh", "nodemetrics", "watch"),
     ("slo.koordinator.sh", "nodemetrics/status", "update"),
     ("topology.node.k8s.io", "noderesourcetopologies", "get"),
-    ("topology.node.k8s.io", "noderesourcetopologies", "list"),
-    ("topology.node.k8s.io", "noderesourcetopologies", "watch"),
     ("topology.node.k8s.io", "noderesourcetopologies", "create"),
     ("topology.node.k8s.io", "noderesourcetopologies", "update"),
     ("", "nodes/proxy", "get"),

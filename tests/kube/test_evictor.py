@@ -43,7 +43,8 @@ async def test_eviction_success_sends_uid_precondition_event_and_caches(
     ev = api_evictor(fake, conn, decisions)
     pod = seeded_pod(fake)
     before = obs.REGISTRY.get_sample_value(
-        "koordqos_pod_evictions_total", {"reason": REASON, "result": "success"}
+        "koordqos_pod_evictions_total",
+        {"reason": REASON, "result": "success", "namespace": "default", "pod": "p1"},
     )
     assert await ev.evict(pod, REASON, MESSAGE, "MemoryEvict") is True
     assert len(fake.evictions) == 1
@@ -65,7 +66,8 @@ async def test_eviction_success_sends_uid_precondition_event_and_caches(
     }
     assert ev.is_evicted(pod)
     after = obs.REGISTRY.get_sample_value(
-        "koordqos_pod_evictions_total", {"reason": REASON, "result": "success"}
+        "koordqos_pod_evictions_total",
+        {"reason": REASON, "result": "success", "namespace": "default", "pod": "p1"},
     )
     assert after == (before or 0) + 1
     assert [d.action for d in decisions.recent()] == ["evict"]

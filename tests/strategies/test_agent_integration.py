@@ -241,6 +241,49 @@ async def test_cpu_suppress_cpuset_policy(tmp_path: Path, server: FakeAPIServer)
         )
 
 
+async def test_cpu_suppress_changes_are_rate_limited_node_events(
+    tmp_path: Path, server: FakeAPIServer
+) -> None:
+    node = SyntheticNode(tmp_path / "node", cpus=CPUS, memory_total=64 * GiB)
+    ls = make_pod("ls", NODE, qos="LS", uid="uid-ls", requests={"cpu": "4"}, limits={"cpu": "8"})
+    be = make_pod("be", NODE, qos="BE", uid="uid-be")
+    ls_dir, be_dir = node.add_pod(parse_pod(ls)), node.add_pod(parse_pod(be))
+    server.upsert("nodes", make_node(NODE, cpu=str(CPUS), memory="64Gi"))
+    server.upsert("pods", ls)
+    server.upsert("pods", be)
+    slo = {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}}
+    server.upsert("nodeslos", make_nodeslo(NODE, slo))
+    rates = Rates({ls_dir: 8.0, be_dir: 1.0})
+    async with running_agent(tmp_path, server, CounterDriver(node, rates)) as agent:
+        await wait_until(
+            lambda: abs(quota(node) - 240_000) <= 30_000, timeout=10, message="quota ≈ 2.4 cores"
+        )
+        rates.pods[ls_dir] = 1.0  # BE grows back in several writes, all within the minute
+        await wait_until(
+            lambda: abs(quota(node) - 940_000) <= 30_000, timeout=10, message="quota ≈ 9.4 cores"
+        )
+        writes = [
+            d
+            for d in agent.decisions.recent(strategy="CPUSuppress")
+            if d.target.endswith("cpu.cfs_quota_us") and d.action == "write"
+        ]
+        assert len(writes) >= 5
+        slo["resourceUsedThresholdWithBE"]["enable"] = False
+        server.upsert("nodeslos", make_nodeslo(NODE, slo))
+        await wait_until(lambda: quota(node) == -1, timeout=10, message="quota recovered")
+        await wait_until(
+            lambda: any(e["reason"] == "BECPURecovered" for e in server.events),
+            timeout=10,
+            message="the recovery Event",
+        )
+    suppressed = [e for e in server.events if e["reason"] == "BECPUSuppressed"]
+    assert len(suppressed) == 1  # the first change; the later ones were held back (one a minute)
+    assert suppressed[0]["involvedObject"]["kind"] == "Node"
+    assert suppressed[0]["involvedObject"]["name"] == NODE
+    assert suppressed[0]["message"].startswith("best-effort CPU quota -1 → ")
+    assert suppressed[0]["type"] == "Normal"
+
+
 def _memory_node(tmp_path: Path, server: FakeAPIServer) -> SyntheticNode:
     node = SyntheticNode(tmp_path / "node", cpus=4, memory_total=100 * GiB)
     pods = [

@@ -37,8 +37,8 @@ log = structlog.get_logger("koordqos.kube.evictor")
 
 EVICTIONS = Counter(
     "koordqos_pod_evictions_total",
-    "Pod eviction attempts by reason and result",
-    ["reason", "result"],
+    "Pod eviction attempts by reason and result, with the pod (koordinator#1117: which pods were evicted)",
+    ["reason", "result", "namespace", "pod"],
     registry=obs.REGISTRY,
 )
 
@@ -240,7 +240,7 @@ class Evictor:
                 strategy, target, "evict", new=pod.uid, reason=f"{reason}: {message} ({why})", dry_run=True
             )
             self.evicted.add(pod.uid)
-            EVICTIONS.labels(reason, "recorded").inc()
+            EVICTIONS.labels(reason, "recorded", pod.namespace, pod.name).inc()
             return True
         await self.limiter.acquire()
         error = await self._call(pod)
@@ -249,12 +249,12 @@ class Evictor:
         if error is None:
             self.backoff.succeeded(pod)
             self.evicted.add(pod.uid)
-            EVICTIONS.labels(reason, "success").inc()
+            EVICTIONS.labels(reason, "success", pod.namespace, pod.name).inc()
             self.decisions.record(strategy, target, "evict", new=pod.uid, reason=f"{reason}: {message}")
             log.info("pod evicted", pod=target, uid=pod.uid, reason=reason, strategy=strategy)
             await self._event(ref, REASON_SUCCESS, text)
             return True
-        EVICTIONS.labels(reason, "failed").inc()
+        EVICTIONS.labels(reason, "failed", pod.namespace, pod.name).inc()
         retry_in = self.backoff.failed(pod)
         self.decisions.record(
             strategy, target, "evict-failed", new=pod.uid, reason=f"{reason}: {message}; error {error}"

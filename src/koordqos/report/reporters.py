@@ -309,9 +309,9 @@ class TopologyReporter:
     def _on_change(self, event: Event, state: NodeState) -> None:
         self._wake.set()
 
-    def _warn_once(self, key: str, msg: str, **kw: object) -> None:
+    def _warn_once(self, key: str, msg: str, level: str = "warning", **kw: object) -> None:
         if self._said.first(key):
-            log.warning(msg, **kw)
+            getattr(log, level)(msg, **kw)
 
     def _checkpoint(self) -> CheckpointState | None:
         path = self.kubelet.kubelet_root / "cpu_manager_state"
@@ -358,7 +358,10 @@ class TopologyReporter:
         )
         if kubelet is None:
             self._warn_once(
-                "no-kubelet", "kubelet CPU manager unknown; its NRT annotations are left as they are"
+                # no kubelet to ask is normal in local mode: not a problem
+                "no-kubelet",
+                "kubelet CPU manager unknown; its NRT annotations are left as they are",
+                level="info",
             )
         elif kubelet.source == "checkpoint" and kubelet.policy == "static":
             self._warn_once(

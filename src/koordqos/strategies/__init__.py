@@ -36,6 +36,7 @@ def build_qos_manager(
     metric_store: MetricStore,
     topology: CpuTopology | None,
     evictor: Evictor | None,
+    recorder: Any = None,  # the (rate-limited) Event recorder, cluster mode only
 ) -> QoSManager:
     """The QoS manager component over every registered strategy."""
     from koordqos.strategies.framework import QoSManager, StrategyEnv
@@ -51,5 +52,6 @@ def build_qos_manager(
         host=host,
         topology=topology,
         evictor=evictor,
+        events=recorder,
     )
     return QoSManager(env, bus, build_all(), status=status)

@@ -9,6 +9,7 @@ Pure: `CPUSuppress.plan` turns inputs into `CgroupWrite` intents; the framework 
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from enum import StrEnum
 
 from prometheus_client import Gauge
 
-from koordqos.cgroups.executor import CgroupWrite, Level
+from koordqos.cgroups.executor import CgroupWrite, Level, WriteResult
 from koordqos.config import AgentConfig
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
@@ -36,6 +37,12 @@ from koordqos.strategies.intents import (
     REASON_UPDATE_CPU,
     BEDir,
     level_of,
+)
+from koordqos.strategies.suppressevents import node_reference, suppress_event
+from koordqos.strategies.suppresssmoothing import (
+    QuotaHysteresis,
+    suppress_usage,
+    window_samples,
 )
 from koordqos.strategies.usage import (
     calculate_filter_pods_used,
@@ -123,6 +130,7 @@ class SuppressInputs:
     cpu_manager_policy: str = ""
     reserved_milli: int = 0
     be_cpu_manager: bool = False  # gate BECPUManager
+    hysteresis_percent: float = 0.0  # --cpu-suppress-hysteresis-percent (0: koordlet's 1 % bypass only)
 
 
 # -- pure calculations ---------------------------------------------------------------------------------------
@@ -148,9 +156,14 @@ def be_suppress_milli(
     return suppress
 
 
+def quota_target(suppress_milli: int) -> int:
+    """The quota for a suppress amount before the bypass and step limits: milli × 100, at least 2000."""
+    return max(_div_trunc(suppress_milli * CFS_PERIOD, 1000), BE_MIN_QUOTA)
+
+
 def plan_cfs_quota(suppress_milli: int, current_quota: int, capacity_milli: int) -> int | None:
     """adjustByCfsQuota: the quota to write, or None when the change is below the 1 % bypass."""
-    new = max(_div_trunc(suppress_milli * CFS_PERIOD, 1000), BE_MIN_QUOTA)
+    new = quota_target(suppress_milli)
     cores = math.ceil(capacity_milli / 1000)
     min_delta = cores * CFS_PERIOD * BYPASS_RATIO
     if abs(new - current_quota) < min_delta and new != BE_MIN_QUOTA:
@@ -230,6 +243,7 @@ class CPUSuppress:
 
     def __init__(self) -> None:
         self.statuses: dict[Policy, Status] = {}
+        self.hysteresis = QuotaHysteresis()
 
     def plan(self, inp: SuppressInputs) -> SuppressPlan:
         """One round of CPU suppress (or recovery): the cgroup writes to make, in order."""
@@ -295,6 +309,8 @@ class CPUSuppress:
         if inp.be_quota is None or not inp.be_dirs:
             return []
         new = plan_cfs_quota(suppress_milli, inp.be_quota, capacity_milli)
+        self.hysteresis.percent = inp.hysteresis_percent
+        new = self.hysteresis.decide(new, quota_target(suppress_milli), inp.be_quota, capacity_milli)
         if new is None:
             return []
         BE_SUPPRESS_CORES.labels(Policy.CFS_QUOTA.value).set(new / CFS_PERIOD)
@@ -472,11 +488,9 @@ def build_inputs(state: NodeState, env: StrategyEnv) -> SuppressInputs:
     """Read what one round needs: metrics (Last window), the BE cgroups, topology and node annotations."""
     store = env.store
     pods = state.pods
-    pod_used: dict[str, float] = {}
-    for uid in pods:
-        v = store.last(MetricKind.POD_CPU_USAGE, uid)
-        if v is not None:
-            pod_used[uid] = v
+    # system usage is smoothed over --cpu-suppress-usage-window-seconds (suppresssmoothing.py)
+    samples = window_samples(env.config.qos.cpu_suppress_usage_window_seconds, env.collect_interval)
+    node_used, pod_used = suppress_usage(store, pods, samples)
     node = state.node
     pod_dirs: dict[str, str] = {}
     for uid, pod in pods.items():
@@ -488,7 +502,7 @@ def build_inputs(state: NodeState, env: StrategyEnv) -> SuppressInputs:
         config=suppress_config(state.node_slo),
         pods=pods,
         node=node,
-        node_used=store.last(MetricKind.NODE_CPU_USAGE),
+        node_used=node_used,
         pod_used=pod_used,
         host_app_used=host_app_used(store, state.node_slo),
         processors=env.processors(),
@@ -501,6 +515,7 @@ def build_inputs(state: NodeState, env: StrategyEnv) -> SuppressInputs:
         cpu_manager_policy=cpu_manager_policy(node),
         reserved_milli=node.reserved()["cpu"] if node is not None else 0,
         be_cpu_manager=env.config.gate("BECPUSuppress") and env.config.gate("BECPUManager"),
+        hysteresis_percent=env.config.qos.cpu_suppress_hysteresis_percent,
     )
 
 
@@ -512,6 +527,7 @@ class CPUSuppressStrategy:
     def __init__(self) -> None:
         self.core = CPUSuppress()
         self.last_plan: SuppressPlan | None = None
+        self._events: set[asyncio.Task[bool]] = set()
 
     def enabled(self, config: AgentConfig) -> bool:
         """Gate BECPUSuppress and a positive interval."""
@@ -526,6 +542,7 @@ class CPUSuppressStrategy:
         plan = self.core.plan(build_inputs(state, env))
         self.last_plan = plan
         results = await env.apply(NAME, plan.writes)
+        self._post_event(state, env, results)
         # A recovery is remembered as done only once its writes landed: a failed "-1" or full-cpuset write
         # would otherwise leave BE capped at the last suppressed value until the agent restarts.
         for r in results:
@@ -534,3 +551,13 @@ class CPUSuppressStrategy:
             policy = Policy.CFS_QUOTA if r.write.resource == "cpu.cfs_quota_us" else Policy.CPUSET
             if self.core.statuses.get(policy) is Status.RECOVERED:
                 self.core.statuses[policy] = Status.USING
+
+    def _post_event(self, state: NodeState, env: StrategyEnv, results: Sequence[WriteResult]) -> None:
+        """An Event on the Node when the BE cap moved (posted off the round; rate-limited by the recorder)."""
+        recorder, node, be_dir = env.events, state.node, env.be_dir()
+        event = suppress_event(results, be_dir) if be_dir is not None else None
+        if recorder is None or node is None or event is None:
+            return
+        task = asyncio.create_task(recorder.record(node_reference(node.name, node.uid), "Normal", *event))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)

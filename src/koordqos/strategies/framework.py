@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -77,6 +77,14 @@ class Evictor(Protocol):
     def is_evicted(self, pod: PodInfo) -> bool: ...
 
 
+class EventSink(Protocol):
+    """Kubernetes Events (the kube recorder, rate-limited; planners do not import the cluster client)."""
+
+    async def record(
+        self, involved: Mapping[str, str], event_type: str, reason: str, message: str
+    ) -> bool: ...
+
+
 class QoSStrategy(Protocol):
     """A QoS strategy: a name, whether it runs (gates + interval), its interval, and one round."""
 
@@ -95,7 +103,8 @@ class StrategyEnv:
 
     Readers: `layout` (cgroup dirs), `reader` (cgroup files), `store` (metrics), `topology` (CPUs, None
     when unknown). Actuators: `executor` (cgroup writes), `host` (sysctl, oom_score_adj, cookies),
-    `evictor` (None: evictions are only recorded). `clock` is the monotonic time strategies plan with.
+    `evictor` (None: evictions are only recorded), `events` (Kubernetes Events; None in local mode).
+    `clock` is the monotonic time strategies plan with.
     """
 
     config: AgentConfig
@@ -107,6 +116,7 @@ class StrategyEnv:
     host: HostActuator
     topology: CpuTopology | None = None
     evictor: Evictor | None = None
+    events: EventSink | None = None  # cluster mode only
     clock: Callable[[], float] = time.monotonic
     _warned: SeenOnce[str] = field(default_factory=SeenOnce)
 

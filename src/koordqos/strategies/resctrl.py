@@ -297,7 +297,8 @@ class ResctrlReconcileStrategy:
         rs = read_resctrl(env.config.paths.sys_root, self.vendor, with_tasks=False)
         if rs.problem or rs.cbm is None:
             if rs.problem != self.unavailable:  # one line per distinct reason, not one per round
-                log.warning("resctrl unavailable, strategy idle", reason=rs.problem)
+                # most nodes have no RDT mounted and the gate is on by default: news, not a fault
+                log.info("resctrl unavailable, strategy idle", reason=rs.problem)
                 self.unavailable = rs.problem
             return
         if self.unavailable:

@@ -1,0 +1,95 @@
+"""The scratch pod tree's layout and files, on directories shaped like v1 and v2 hierarchies (the kernel's
+own behaviour is covered by the real-kernel demo tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from koordqos.cgroups.resources import CgroupVersion
+from koordqos.demo.cgtree import BE_UID, LS_UID, PodTree, detect_version
+
+
+def v1_root(tmp: Path) -> Path:
+    for c in ("cpu", "cpuacct", "cpuset", "memory"):
+        (tmp / c).mkdir()
+        (tmp / c / "cgroup.procs").write_text("")
+    (tmp / "cpuset" / "cpuset.cpus").write_text("0-1\n")
+    (tmp / "cpuset" / "cpuset.mems").write_text("0\n")
+    return tmp
+
+
+def v2_root(tmp: Path) -> Path:
+    (tmp / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (tmp / "cgroup.subtree_control").write_text("cpuset cpu memory\n")
+    return tmp
+
+
+def test_version_detection(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    assert detect_version(v1_root(tmp_path / "a")) is CgroupVersion.V1
+    (tmp_path / "b").mkdir()
+    assert detect_version(v2_root(tmp_path / "b")) is CgroupVersion.V2
+    (tmp_path / "c").mkdir()
+    assert detect_version(tmp_path / "c") is None
+
+
+def test_v1_tree_has_kubelet_like_shares_in_every_controller(tmp_path: Path) -> None:
+    root = v1_root(tmp_path)
+    tree = PodTree(name="koordqos-demo-test", root=root, version=CgroupVersion.V1)
+    tree.create(cpus=2, ls_request_milli=1200, root_shares=262144)
+    cpu = root / "cpu" / tree.name
+    assert (cpu / "cpu.shares").read_text() == "262144"
+    assert (cpu / "kubepods" / "cpu.shares").read_text() == "2048"
+    assert (cpu / "kubepods/besteffort/cpu.shares").read_text() == "2"
+    assert (cpu / f"kubepods/besteffort/pod{BE_UID}/burner/cpu.shares").read_text() == "2"
+    assert (cpu / f"kubepods/burstable/pod{LS_UID}/cpu.shares").read_text() == "1228"
+    for c in ("cpuacct", "cpuset", "memory"):
+        assert (root / c / tree.name / "system").is_dir()
+        assert (root / c / tree.name / "demo").is_dir()
+    assert (root / "cpuset" / tree.ls_container_dir / "cpuset.cpus").read_text() == "0-1\n"
+    assert tree.procs_files(tree.system_dir) == [
+        root / c / tree.system_dir / "cgroup.procs" for c in ("cpu", "cpuacct", "cpuset", "memory")
+    ]
+    assert tree.mount_sources() == {c: root / c / tree.name for c in ("cpu", "cpuacct", "cpuset", "memory")}
+    (root / "cpu" / tree.be_qos_dir / "cpu.cfs_quota_us").write_text("-1\n")
+    assert tree.be_quota() == -1
+    tree.set_be_quota(2000)
+    assert tree.be_quota() == 2000
+    (root / "cpuacct" / tree.ls_pod_dir / "cpuacct.usage").write_text("1500000000\n")
+    assert tree.cpu_usage_seconds(tree.ls_pod_dir) == pytest.approx(1.5)
+
+
+def test_v2_tree_delegates_controllers_to_inner_dirs_only(tmp_path: Path) -> None:
+    root = v2_root(tmp_path)
+    tree = PodTree(name="koordqos-demo-test", root=root, version=CgroupVersion.V2)
+    tree.create(cpus=2, ls_request_milli=1200)
+    base = root / tree.name
+    for inner in (
+        "",
+        "kubepods",
+        "kubepods/burstable",
+        f"kubepods/burstable/pod{LS_UID}",
+        "kubepods/besteffort",
+    ):
+        assert (base / inner / "cgroup.subtree_control").read_text() == "+cpu +cpuset +memory"
+    for leaf in (
+        "system",
+        "demo",
+        f"kubepods/burstable/pod{LS_UID}/probe",
+        f"kubepods/besteffort/pod{BE_UID}/burner",
+    ):
+        assert not (base / leaf / "cgroup.subtree_control").exists()  # processes live in leaves only
+    # cpu.weight = the kernel's conversion of shares: 1 + (shares − 2) × 9999 / 262142
+    assert (base / "kubepods/besteffort/cpu.weight").read_text() == "1"
+    assert (base / "kubepods/cpu.weight").read_text() == str(1 + (2048 - 2) * 9999 // 262142)
+    assert tree.mount_sources() == {"": base}
+    assert tree.procs_files(tree.system_dir) == [base / "system" / "cgroup.procs"]
+    (base / "kubepods/besteffort/cpu.max").write_text("max 100000\n")
+    assert tree.be_quota() == -1
+    tree.set_be_quota(30_000)
+    assert (base / "kubepods/besteffort/cpu.max").read_text() == "30000 100000"
+    assert tree.be_quota() == 30_000
+    (root / tree.be_qos_dir / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\n")
+    assert tree.cpu_usage_seconds(tree.be_qos_dir) == pytest.approx(2.5)

@@ -1,0 +1,201 @@
+"""`python -m koordqos demo` end to end as a subprocess: --synthetic everywhere, the real kernel where the
+machine allows (root and a writable cgroup hierarchy); the report's fields and the cleanup afterwards."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordqos.demo import main as demo_main
+from koordqos.demo.cgtree import REAL_ROOT, unavailable_reason
+from koordqos.demo.options import DemoOptions
+from koordqos.testing.poll import wait_until_sync
+from koordqos.testing.scratchcg import REAL_SUBSYSTEMS
+
+pytestmark = pytest.mark.e2e
+PHASE_NAMES = ["ls-alone", "be-no-agent", "be-agent"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def demo(out: Path, *flags: str, timeout: float = 240) -> tuple[int, str, str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "koordqos", "demo", "--no-live", "--out", str(out), *flags],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def load_report(out: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads((out / "koordqos-demo.json").read_text())
+    return report
+
+
+def scratch_dirs() -> set[str]:
+    """koordqos-demo-* dirs in any controller of the real hierarchy."""
+    found: set[str] = set()
+    for sub in REAL_SUBSYSTEMS:
+        base = REAL_ROOT / sub
+        if base.is_dir():
+            found |= {p.name for p in base.iterdir() if p.name.startswith("koordqos-demo-")}
+    return found
+
+
+def check_common(report: dict[str, Any], out: Path) -> dict[str, dict[str, Any]]:
+    assert [p["name"] for p in report["phases"]] == PHASE_NAMES
+    phases = {p["name"]: p for p in report["phases"]}
+    assert report["machine"]["cpus"] >= 1
+    assert len(report["machine"]["loadavg_start"]) == 3
+    assert report["agent"]["startup_seconds"] > 0
+    assert report["agent"]["exit_code"] == 0  # stopped cleanly by SIGTERM
+    writes = [d for d in report["decisions"] if d["action"] == "write" and "cfs_quota_us" in d["target"]]
+    assert writes, "the agent made no quota decision"
+    assert writes[0]["old"] == "-1"
+    assert all(d["t"] >= phases["ls-alone"]["end"] for d in report["decisions"])  # only with the agent
+    assert phases["be-agent"]["quota_writes"] >= 1
+    assert phases["be-agent"]["quota_median"] >= 2000
+    assert phases["ls-alone"]["quota_median"] == -1
+    assert phases["be-no-agent"]["quota_median"] == -1
+    assert phases["be-agent"]["agent_cpu_cores"] is not None
+    assert phases["be-no-agent"]["agent_cpu_cores"] is None
+    assert phases["ls-alone"]["be_cpu_cores"] < 0.05
+    assert {p["phase"] for p in report["points"]} >= set(PHASE_NAMES)
+    assert (out / "koordqos-demo.png").read_bytes()[:8] == PNG_MAGIC
+    assert report["files"]["png"] == str(out / "koordqos-demo.png")
+    return phases
+
+
+def test_synthetic_demo_reports_the_agents_decisions(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    rc, stdout, stderr = demo(out, "--synthetic", "--phase-seconds", "5", "--interval", "0.5")
+    assert rc == 0, stderr
+    report = load_report(out)
+    assert report["mode"] == "synthetic"
+    phases = check_common(report, out)
+    # no latency in a simulation
+    assert all(p["ls_p99_ms"] is None and p["latency_samples"] == 0 for p in phases.values())
+    # LS 3 probes × 1/2.5 = 1.2 cores; BE 2 burners take 2 cores without the agent
+    assert phases["ls-alone"]["ls_cpu_cores"] == pytest.approx(1.2, abs=0.1)
+    assert phases["be-no-agent"]["be_cpu_cores"] == pytest.approx(2.0, abs=0.15)
+    # 4 CPUs × 65 % − 1.2 LS − 0.1 system = 1.3 cores for BE, reached in 10 %-of-capacity steps
+    assert phases["be-agent"]["be_cpu_cores"] < phases["be-no-agent"]["be_cpu_cores"] - 0.3
+    quotas = [p["quota"] for p in report["points"] if p["phase"] == "be-agent"]
+    settled = sorted(quotas[len(quotas) // 2 :])[len(quotas[len(quotas) // 2 :]) // 2]  # median, 2nd half
+    assert 100_000 <= settled <= 170_000, quotas  # ≈ 130000, read through the simulation's jitter
+    assert report["scratch"]["removed"] is None
+    assert "LS + BE, agent on" in stdout
+
+
+@pytest.fixture
+def real_kernel() -> None:
+    reason = unavailable_reason()
+    if reason:
+        print(f"skipping the real-kernel demo: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.mark.cgroupv1
+@pytest.mark.usefixtures("real_kernel")
+def test_real_kernel_demo_measures_latency_and_removes_its_cgroups(tmp_path: Path) -> None:
+    before = scratch_dirs()
+    out = tmp_path / "report"
+    flags = [
+        "--phase-seconds",
+        "3",
+        "--interval",
+        "0.5",
+        "--root-shares",
+        "262144",
+        "--sample-interval",
+        "0.5",
+    ]
+    rc, stdout, stderr = demo(out, *flags)
+    assert rc == 0, stderr
+    report = load_report(out)
+    assert report["mode"] == "real"
+    phases = check_common(report, out)
+    for p in phases.values():
+        assert p["latency_samples"] > 100
+        # a slot is at least the work it does (calibrated on this machine; 1 ms nominal)
+        assert p["ls_p50_ms"] > 0.3
+        assert p["ls_p99_ms"] >= p["ls_p50_ms"]
+    assert phases["be-no-agent"]["be_cpu_cores"] > 0.05  # the burners ran
+    name = report["scratch"]["name"]
+    assert name.startswith("koordqos-demo-")
+    assert report["scratch"]["removed"] is True
+    assert name not in scratch_dirs()
+    assert scratch_dirs() <= before
+    assert f"{name}: removed" in stdout
+
+
+@pytest.mark.cgroupv1
+@pytest.mark.usefixtures("real_kernel")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_real_demo_still_removes_its_cgroups(tmp_path: Path, sig: signal.Signals) -> None:
+    before = scratch_dirs()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "koordqos", "demo", "--no-live", "--out", str(tmp_path), "--phase-seconds=30"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until_sync(lambda: bool(scratch_dirs() - before), 60, 0.05, "the demo's scratch tree")
+        (name,) = scratch_dirs() - before
+        # the probes run inside it (the tree is in use: removal must kill them first)
+        probes = REAL_ROOT / "cpu" / name / "kubepods" / "burstable"
+
+        def probes_running() -> bool:
+            files = list(probes.glob("pod*/probe/cgroup.procs"))
+            return bool(files) and bool(files[0].read_text().split())
+
+        wait_until_sync(probes_running, 60, 0.05, "the probes in their cgroup")
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _out, err = proc.communicate(timeout=30)
+    assert rc == 130, err
+    assert "interrupted" in err
+    assert name not in scratch_dirs()
+    assert scratch_dirs() <= before
+    report = load_report(tmp_path)
+    assert report["error"].startswith("interrupted")
+    assert report["scratch"]["removed"] is True
+    # an occupied cgroup cannot be removed: no probe or burner outlived the demo in it
+
+
+def test_without_root_it_says_so_in_one_line_and_offers_synthetic(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setattr(demo_main, "unavailable_reason", lambda: "not running as root")
+    rc = demo_main.run(DemoOptions(out=tmp_path / "r", live=False))
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "not running as root" in err[0]
+    assert "--synthetic" in err[0]
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.cgroupv1
+@pytest.mark.usefixtures("real_kernel")
+def test_a_failing_agent_ends_the_demo_with_an_error_and_no_cgroups_left(tmp_path: Path) -> None:
+    before = scratch_dirs()
+    rc, _stdout, stderr = demo(tmp_path, "--phase-seconds", "1", "--agent-arg=--no-such-flag")
+    assert rc == 1
+    assert "the agent exited with 2" in stderr
+    report = load_report(tmp_path)
+    assert "the agent exited with 2" in report["error"]
+    assert report["scratch"]["removed"] is True
+    assert [p["name"] for p in report["phases"]] == ["ls-alone", "be-no-agent"]  # up to the failure
+    assert scratch_dirs() <= before
