@@ -106,6 +106,7 @@ class HookSettings(_Group):
     # listen address may be a container path mounted there
     proxy_host_endpoint: str = "/var/run/koordlet/koordlet.sock"
     proxy_max_connections: int = Field(64, ge=1)
+    cpu_idle_on_qos_dirs: bool = False
     proxy_max_message_bytes: int = Field(4 << 20, ge=1024)
     disable_unset_cpu_quota: bool = False
     disable_stages: tuple[str, ...] = ()
@@ -339,6 +340,12 @@ FLAGS: tuple[Flag, ...] = (
         "runtime-hooks-host-endpoint",
         "hooks.proxy_host_endpoint",
         "proxy mode: the socket path koord-runtime-proxy dials (the registration file's remote-endpoint)",
+    ),
+    Flag(
+        "cpu-idle-on-qos-dirs",
+        "hooks.cpu_idle_on_qos_dirs",
+        "koordlet's cpu.idle=1 on kube-QoS dirs (default: per BE pod; an idle besteffort dir breaks kubelet)",
+        bool,
     ),
     Flag(
         "runtime-hooks-max-connections",

@@ -95,7 +95,7 @@ def test_k13_group_identity_policy_disables() -> None:
 
 
 def test_k14_kube_qos_cpu_idle() -> None:
-    h = CoreSched(True, "test")
+    h = CoreSched(True, "test", idle_on_qos_dirs=True)  # koordlet's behaviour (--cpu-idle-on-qos-dirs)
     new = KubeQoSContext(KubeQoS.BURSTABLE, "kubepods/burstable")
     h.set_kube_qos_cpu_idle(new)
     assert new.response.resources.cpu_idle is None

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.events.types import NodeSLOUpdated, NodeUpdated, PodsReplaced
@@ -443,3 +446,30 @@ async def test_dry_run_host_writes_are_recorded_and_change_nothing(tmp_path: Pat
     recorded = {(d.target, d.new) for d in rec.decisions.recent() if d.dry_run}
     assert ("pid/22/oom_score_adj", -500) in recorded
     assert ("sysctl/kernel/sched_group_identity_enabled", "1") in recorded
+
+
+async def test_one_pods_unexpected_failure_never_aborts_the_pass_for_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue #15 item 1: a RecursionError from one pod's annotation failed every pass for every pod
+    from koordqos.hooks import reconcile_plan
+
+    node = make_node(tmp_path)
+    bad, good = be_pod("bad1"), be_pod("good1")
+    bad_dir = node.add_pod(bad)  # type: ignore[arg-type]
+    good_dir = node.add_pod(good)  # type: ignore[arg-type]
+    real = reconcile_plan.pod_context
+
+    def pod_context(view: Any, layout: Any) -> Any:
+        if view.uid == "bad1":
+            raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+        return real(view, layout)
+
+    monkeypatch.setattr(reconcile_plan, "pod_context", pod_context)
+    rec = make_reconciler(node)
+    result = await rec.reconcile(state(PodsReplaced((bad, good))))  # type: ignore[arg-type]
+    assert cpu(node, good_dir, "cpu.cfs_quota_us") == "50000"  # the other pod was reconciled
+    assert cpu(node, bad_dir, "cpu.cfs_quota_us") == "-1"
+    assert "RecursionError" in result.errors["pod/bad1"]
+    # none of the failed pod's own (partial) intents were kept
+    assert not any(w.parent.startswith(bad_dir) and w.resource == "cpu.cfs_quota_us" for w in result.writes)

@@ -62,5 +62,6 @@ def build_runtime_hooks(config: AgentConfig, layout: CgroupLayout) -> RuntimeHoo
             core_sched_supported=core_ok,
             core_sched_reason=core_reason,
             resctrl_root=probe_resctrl(config),
+            cpu_idle_on_qos_dirs=config.hooks.cpu_idle_on_qos_dirs,
         )
     )

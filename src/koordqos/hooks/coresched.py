@@ -15,7 +15,7 @@ from pathlib import Path
 
 import structlog
 
-from koordqos.hooks.context import ContainerContext, KubeQoSContext, Stage, qos_from_labels
+from koordqos.hooks.context import ContainerContext, KubeQoSContext, PodContext, Stage, qos_from_labels
 from koordqos.hooks.framework import HookFn, HookPlugin, HookSpec, Level, Reconciler
 from koordqos.hooks.options import HookOptions
 from koordqos.hooks.rules import ClassCPUQOS, SLOView
@@ -123,9 +123,12 @@ class CoreSched(HookPlugin):
     name = NAME
     gate = GATE
 
-    def __init__(self, supported: bool, reason: str) -> None:
+    def __init__(self, supported: bool, reason: str, idle_on_qos_dirs: bool = False) -> None:
         self.supported = supported
         self.reason = reason
+        # koordlet writes cpu.idle on the kube-QoS dirs; an idle kubepods/besteffort makes kubelet's
+        # cpu.shares write there fail (EINVAL), so kubelet cannot restart (project decision: per BE pod)
+        self.idle_on_qos_dirs = idle_on_qos_dirs
         self.rule = CoreSchedRule()
         self._reported = False
 
@@ -134,8 +137,12 @@ class CoreSched(HookPlugin):
         return {}
 
     def reconcilers(self) -> list[Reconciler]:
-        """cpu.idle of the kube-QoS dirs (the cookies are the reconciler's own step)."""
-        return [Reconciler(Level.KUBE_QOS, "cpu.idle", self.set_kube_qos_cpu_idle)]
+        """cpu.idle of each pod dir by its class (or, as koordlet, of the kube-QoS dirs); the cookies are the
+        reconciler's own step."""
+        return [
+            Reconciler(Level.KUBE_QOS, "cpu.idle", self.set_kube_qos_cpu_idle),
+            Reconciler(Level.POD, "cpu.idle", self.set_pod_cpu_idle),
+        ]
 
     def update_slo(self, view: SLOView) -> bool:
         """The core-sched rule from the NodeSLO."""
@@ -150,10 +157,21 @@ class CoreSched(HookPlugin):
         return True
 
     def set_kube_qos_cpu_idle(self, ctx: KubeQoSContext) -> None:
-        """cpu.idle of a kube-QoS dir: 1 when its pod class has schedIdle, else 0."""
+        """cpu.idle of a kube-QoS dir: koordlet's 1 when its pod class has schedIdle only with
+        `idle_on_qos_dirs`; else always 0 (which also undoes an earlier 1 there)."""
         if not self.rule.inited:
             return
         p = self.rule.kube_qos_pod_params.get(ctx.kube_qos)
+        idle = self.idle_on_qos_dirs and p is not None and p.is_cpu_idle
+        ctx.response.resources.cpu_idle = 1 if idle else 0
+
+    def set_pod_cpu_idle(self, ctx: PodContext) -> None:
+        """cpu.idle of a pod dir: 1 when its class has schedIdle (nothing with `idle_on_qos_dirs`: the
+        kube-QoS dir carries it, as in koordlet)."""
+        if not self.rule.inited or self.idle_on_qos_dirs:
+            return
+        req = ctx.request
+        p = self.rule.pod_qos_params.get(req.qos) or self.rule.kube_qos_pod_params.get(req.kube_qos)
         ctx.response.resources.cpu_idle = 1 if p is not None and p.is_cpu_idle else 0
 
     def container_plan(self, ctx: ContainerContext) -> tuple[bool, str] | None:
@@ -182,7 +200,7 @@ def _is_container_dir(name: str) -> bool:
 
 
 def _build(opts: HookOptions) -> CoreSched:
-    return CoreSched(opts.core_sched_supported, opts.core_sched_reason)
+    return CoreSched(opts.core_sched_supported, opts.core_sched_reason, opts.cpu_idle_on_qos_dirs)
 
 
 HOOK = HookSpec(NAME, GATE, _build)

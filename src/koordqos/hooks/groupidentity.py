@@ -111,11 +111,13 @@ class GroupIdentity(HookPlugin):
             return None
         return self.rule
 
-    def _set(self, resources: Resources, bvt: int) -> None:
+    def _set(self, resources: Resources, bvt: int, qos_dir: bool = False) -> None:
         if self.system.bvt_file or not self.system.idle_file:
             resources.cpu_bvt = bvt
         else:
-            resources.cpu_idle = 1 if bvt < 0 else 0
+            # the cpu.idle fallback marks offline pods, never a kube-QoS dir (kubelet writes cpu.shares
+            # there, which an idle cgroup refuses)
+            resources.cpu_idle = 1 if bvt < 0 and not qos_dir else 0
 
     def set_pod_bvt_value(self, ctx: PodContext | None) -> None:
         """Pod bvt by QoS; LS pods may override it with the `koordinator.sh/cpuQOS` annotation."""
@@ -141,7 +143,7 @@ class GroupIdentity(HookPlugin):
         """Kube-QoS directory bvt."""
         rule = self.prepare()
         if rule is not None:
-            self._set(ctx.response.resources, rule.dir_value(ctx.kube_qos))
+            self._set(ctx.response.resources, rule.dir_value(ctx.kube_qos), qos_dir=True)
 
     def host_app_bvt(self, qos: QoSClass) -> int | None:
         """Host application bvt by its QoS (0 for unknown); None when nothing should be set."""

@@ -38,6 +38,7 @@ class HookOptions:
     core_sched_supported: bool = False
     core_sched_reason: str = "not probed"
     resctrl_root: Path | None = None  # the mounted resctrl (`<sys>/fs/resctrl`); None without L3 CAT
+    cpu_idle_on_qos_dirs: bool = False  # koordlet's cpu.idle on kube-QoS dirs (project decision: per pod)
 
     def gate(self, name: str) -> bool:
         """A feature gate, koordlet's default when not set."""

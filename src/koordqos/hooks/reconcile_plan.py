@@ -82,10 +82,15 @@ class ReconcilePlanner:
             uids.add(view.uid)
             if view.pod is not None and view.pod.terminated:
                 continue
+            marks = (len(result.writes), len(result.oom), len(result.cookies))
             try:
                 self._pod(view, result, known_pod_dirs, bvt_changed)
             except (CgroupError, ExtendedResourceSpecError, ValueError) as exc:
+                self._drop_partial(result, marks)
                 self._bad_pod(view.uid, exc, result)
+            except Exception as exc:  # any other failure of one pod: skip it, never the pass for the others
+                self._drop_partial(result, marks)
+                self._bad_pod(view.uid, RuntimeError(f"{type(exc).__name__}: {exc}"), result)
             yield
         if bvt_changed:
             result.writes += self._dangling_bvt(known_pod_dirs)
@@ -175,6 +180,13 @@ class ReconcilePlanner:
         self.apps_warned.retain(lambda k: k[0] in names)
 
     # -- problems ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _drop_partial(result: PassResult, marks: tuple[int, int, int]) -> None:
+        """Forget what a failed pod had added: a pod is reconciled whole or not at all."""
+        del result.writes[marks[0] :]
+        del result.oom[marks[1] :]
+        del result.cookies[marks[2] :]
 
     def _bad_pod(self, uid: str, exc: Exception, result: PassResult) -> None:
         result.errors[f"pod/{uid}"] = str(exc)
