@@ -45,7 +45,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over the package."""
-    session.install("-e", ".[dev]")
+    session.install("-e", ".[dev,demo]")  # the demo package imports rich and matplotlib (typed)
     session.run("mypy")
 
 
