@@ -45,6 +45,8 @@ from koordqos.decisions import DecisionLog
 from koordqos.errors import CgroupError, PathEscapeError, UnsafePathError
 from koordqos.fs import open_beneath
 from koordqos.once import SeenOnce
+from koordqos.outcome import PROBLEMS as _PROBLEMS
+from koordqos.outcome import Outcome as Outcome  # noqa: PLC0414 (re-exported)
 
 log = structlog.get_logger("koordqos.cgroups.executor")
 
@@ -88,23 +90,6 @@ class CgroupWrite:
     level: Level = Level.POD
     cacheable: bool = True
     reason: str = ""
-
-
-class Outcome(enum.StrEnum):
-    """What happened to one intent."""
-
-    WRITTEN = "written"
-    DRY_RUN = "dry-run"  # would have been written
-    UNCHANGED = "unchanged"  # file already held the value
-    CACHED = "cached"  # skipped by the cache
-    VANISHED = "vanished"  # the cgroup dir does not exist (any more)
-    UNSUPPORTED = "unsupported"  # no such file on this node
-    INVALID = "invalid"  # value failed validation (or unknown resource)
-    REFUSED = "refused"  # path would leave the cgroup root
-    FAILED = "failed"  # the kernel rejected the write / I/O error
-
-
-_PROBLEMS = frozenset({Outcome.INVALID, Outcome.REFUSED, Outcome.FAILED})
 
 
 @dataclass(frozen=True, slots=True)

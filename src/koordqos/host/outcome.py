@@ -7,7 +7,6 @@ writes, would-be writes and problems in the decision log. Handlers never raise f
 
 from __future__ import annotations
 
-import enum
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,8 @@ from koordqos import observability as obs
 from koordqos.decisions import DecisionLog
 from koordqos.fs import open_root
 from koordqos.once import SeenOnce
+from koordqos.outcome import PROBLEMS as PROBLEMS  # noqa: PLC0414 (re-exported)
+from koordqos.outcome import Outcome as Outcome  # noqa: PLC0414 (re-exported)
 
 log = structlog.get_logger("koordqos.host")
 
@@ -44,22 +45,6 @@ def _count(kind: str, outcome: Outcome) -> None:
 
 class RootUnavailable(Exception):
     """A root directory (e.g. `--proc-root`) cannot be opened; every intent beneath it fails."""
-
-
-class Outcome(enum.StrEnum):
-    """What happened to one host intent."""
-
-    WRITTEN = "written"
-    DRY_RUN = "dry-run"  # would have been written
-    UNCHANGED = "unchanged"  # the host already had the value
-    VANISHED = "vanished"  # the process is gone (or has no process left)
-    UNSUPPORTED = "unsupported"  # no such file / operation on this kernel
-    INVALID = "invalid"  # value out of range or malformed
-    REFUSED = "refused"  # path would leave the root or pass through a symlink
-    FAILED = "failed"  # the kernel rejected the write / I/O error
-
-
-PROBLEMS = frozenset({Outcome.INVALID, Outcome.REFUSED, Outcome.FAILED})
 
 
 @dataclass(frozen=True, slots=True)
