@@ -39,12 +39,7 @@ async def run_cli(args: list[str], home: Path, timeout: float = 60.0) -> tuple[i
 
 def roots(node: SyntheticNode) -> list[str]:
     return [
-        "--cgroup-root",
-        str(node.cgroup_root),
-        "--proc-root",
-        str(node.proc_root),
-        "--sys-root",
-        str(node.sys_root),
+        *node.root_flags(),
         "--collect-interval",
         "0.2",
         "--node-name",

@@ -151,6 +151,17 @@ class SyntheticNode:
             if not path.exists():
                 path.write_text(value + ("\n" if value and not value.endswith("\n") else ""))
 
+    def root_flags(self) -> list[str]:
+        """The agent's host-root flags for this node: --cgroup-root, --proc-root, --sys-root."""
+        return [
+            "--cgroup-root",
+            str(self.cgroup_root),
+            "--proc-root",
+            str(self.proc_root),
+            "--sys-root",
+            str(self.sys_root),
+        ]
+
     def make_cgroup(self, rel: str) -> None:
         """Create a cgroup dir (in every subsystem on v1) with default files."""
         if self.version is CgroupVersion.V1:
