@@ -1,14 +1,19 @@
-"""The whole agent at 200 pods: event-loop lag, resident memory and CPU while watched, ticked and hooked.
+"""The whole agent at N pods: CPU, resident memory, loop lag, the longest loop step, start-up to /readyz.
 
 The agent runs as a real subprocess (`python -m koordqos run`) against a synthetic node: a fake Kubernetes
-API server with 200 pods (half LS, half BE with batch resources) and an enabled NodeSLO, a synthetic
-cgroup/proc/sys tree whose counters advance, and a mock NRI runtime that synchronises 200 pods / 400
-containers and then sends CreateContainer calls throughout the measurement.
+API server with N pods (`--pods`, default 200; half LS, half BE with batch resources) and an enabled NodeSLO,
+a synthetic cgroup/proc/sys tree whose counters advance, and a mock NRI runtime that synchronises the N pods /
+2N containers. After /readyz and a warm-up, two windows are measured: *steady* (counters advance, no runtime
+events) and *churn* (20 CreateContainer calls every 0.5 s, ≈ 36 /s). In each: CPU (utime + stime of the agent,
+all threads) as % of one core, loop lag p99 (the agent's 100 ms probe histogram, this window only) and the
+longest single loop step with its name, from the slow-step detector (`KOORDQOS_LOOP_WATCH=1`, /debug/loop).
+The load average is printed with each run: the figures mean nothing without it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -16,7 +21,9 @@ import socket
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -29,6 +36,7 @@ from koordqos.testing.nodefs import SyntheticNode
 
 NODE = "bench-node"
 PODS = 200
+WARMUP_S = 5.0  # after /readyz: the first reconcile pass, the first ticks
 
 
 def free_port() -> int:
@@ -51,11 +59,16 @@ def proc_memory(pid: int) -> tuple[int, int]:
     return rss, hwm
 
 
-def lag_quantile(metrics: str, q: float) -> float:
-    """Upper bound of the histogram bucket holding the q-quantile of koordqos_event_loop_lag_seconds."""
-    buckets = []
-    for m in re.finditer(r'koordqos_event_loop_lag_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)', metrics):
-        buckets.append((float(m.group(1)), float(m.group(2))))
+def lag_buckets(metrics: str) -> list[tuple[float, float]]:
+    """(le, cumulative count) of koordqos_event_loop_lag_seconds from a /metrics page."""
+    pattern = r'koordqos_event_loop_lag_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)'
+    return [(float(m.group(1)), float(m.group(2))) for m in re.finditer(pattern, metrics)]
+
+
+def lag_quantile(after: str, q: float, before: str = "") -> float:
+    """Upper bound of the histogram bucket holding the q-quantile of the loop lag between two scrapes."""
+    base = dict(lag_buckets(before)) if before else {}
+    buckets = [(le, n - base.get(le, 0.0)) for le, n in lag_buckets(after)]
     total = buckets[-1][1]
     for le, count in buckets:
         if count >= q * total:
@@ -70,7 +83,63 @@ def report_writes(metrics: str, kind: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dict[str, float]:
+@dataclass
+class Window:
+    """One measured window of a run."""
+
+    cpu_percent: float
+    lag_p99_ms: float
+    longest_ms: float
+    longest_name: str
+    creates_per_s: float
+    seconds: float
+
+
+async def _get(http: aiohttp.ClientSession, url: str) -> str:
+    async with http.get(url) as r:
+        return await r.text()
+
+
+async def measure(
+    http: aiohttp.ClientSession,
+    base: str,
+    pid: int,
+    seconds: float,
+    node: SyntheticNode,
+    churn: tuple[MockRuntime, list[Any]] | None,
+) -> Window:
+    """CPU, lag p99 and the longest step over `seconds`; with `churn`, 20 CreateContainer calls per 0.5 s."""
+    before = await _get(http, f"{base}/metrics")
+    since = time.monotonic()
+    cpu0 = proc_cpu_seconds(pid)
+    t0 = time.monotonic()
+    calls = 0
+    while time.monotonic() - t0 < seconds:
+        node.advance_node_cpu(busy_ticks=300, idle_ticks=500)
+        if churn is not None:
+            runtime, pods = churn
+            for sp in pods[:20]:
+                await runtime.create_container(sp, sample_container(sp, 9 + calls % 5))
+                calls += 1
+        await asyncio.sleep(0.5)
+    elapsed = time.monotonic() - t0
+    cpu = proc_cpu_seconds(pid) - cpu0
+    after = await _get(http, f"{base}/metrics")
+    loop = json.loads(await _get(http, f"{base}/debug/loop?since={since}"))
+    top = loop.get("longest_since") or {"seconds": 0.0, "name": "(no step ≥ 1 ms)"}
+    return Window(
+        cpu_percent=100 * cpu / elapsed,
+        lag_p99_ms=lag_quantile(after, 0.99, before) * 1000,
+        longest_ms=top["seconds"] * 1000,
+        longest_name=top["name"],
+        creates_per_s=calls / elapsed,
+        seconds=elapsed,
+    )
+
+
+async def one_run(
+    pods: int, steady_s: float, churn_s: float, workdir: Path, reporting: bool = True
+) -> dict[str, Any]:
     node = SyntheticNode(workdir / "node", cpus=8)
     api = FakeAPIServer()
     await api.start()
@@ -85,7 +154,7 @@ async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dic
         api.upsert(
             "nodemetrics", make_nodemetric(NODE, {"metricCollectPolicy": {"reportIntervalSeconds": 30}})
         )
-    nri_pods = [sample_pod(i, "besteffort" if i % 2 else "burstable") for i in range(PODS)]
+    nri_pods = [sample_pod(i, "besteffort" if i % 2 else "burstable") for i in range(pods)]
     for i, sp in enumerate(nri_pods):
         be = bool(i % 2)
         raw = make_pod(
@@ -109,6 +178,7 @@ async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dic
     runtime.containers = [sample_container(p, j) for p in nri_pods for j in range(2)]
     await runtime.start()
     port = free_port()
+    base = f"http://127.0.0.1:{port}"
     cmd = [
         sys.executable,
         "-m",
@@ -123,6 +193,7 @@ async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dic
         str(sock),
         "--http-addr",
         f"127.0.0.1:{port}",
+        "--debug-endpoints",
         "--log-level",
         "warning",
         "--log-format",
@@ -131,62 +202,44 @@ async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dic
     if not reporting:
         cmd += ["--enable-node-metric-report=false", "--feature-gates=NodeTopologyReport=false"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
+    env["KOORDQOS_LOOP_WATCH"] = "1"
     errlog = open(os.environ.get("BENCH_AGENT_STDERR", os.devnull), "w")  # noqa: SIM115
+    load_start = os.getloadavg()
+    t_spawn = time.monotonic()
     proc = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=errlog)
-    result: dict[str, float] = {}
+    result: dict[str, Any] = {"pods": pods}
     try:
-        await runtime.wait_joined(timeout=60)
         async with aiohttp.ClientSession() as http:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 60 + pods * 0.05
             while True:
                 try:
-                    async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+                    async with http.get(f"{base}/readyz") as r:
                         if r.status == 200:
                             break
                 except aiohttp.ClientError:
                     pass
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or proc.returncode is not None:
                     raise RuntimeError("agent never became ready")
-                await asyncio.sleep(0.1)
-            async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
-                before = await r.text()
-            cpu0 = proc_cpu_seconds(proc.pid)
-            t0 = time.monotonic()
-            calls = 0
-            # the load for `duration` s; with reporting, until the first NodeMetric status is written too
-            # (the first report comes one 30 s interval after start), so every run includes report rounds
-            limit = duration + (60.0 if reporting else 0.0)
-            after = ""
-            while True:
-                elapsed = time.monotonic() - t0
-                if elapsed >= duration:
-                    async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
-                        after = await r.text()
-                    if not reporting or report_writes(after, "NodeMetric") >= 1 or elapsed >= limit:
-                        break
-                node.advance_node_cpu(busy_ticks=300, idle_ticks=500)
-                for sp in nri_pods[:20]:
-                    await runtime.create_container(sp, sample_container(sp, 9 + calls % 5))
-                    calls += 1
-                await asyncio.sleep(0.5)
-            elapsed = time.monotonic() - t0
-            cpu = proc_cpu_seconds(proc.pid) - cpu0
+                await asyncio.sleep(0.05)
+            result["startup_s"] = time.monotonic() - t_spawn
+            await runtime.wait_joined(timeout=60)
+            await asyncio.sleep(WARMUP_S)
+            steady = await measure(http, base, proc.pid, steady_s, node, None)
+            churn = await measure(http, base, proc.pid, churn_s, node, (runtime, nri_pods))
+            metrics = await _get(http, f"{base}/metrics")
         rss, hwm = proc_memory(proc.pid)
-        result = {
-            "lag_p99_ms": lag_quantile(after, 0.99) * 1000,
-            "lag_p50_ms": lag_quantile(after, 0.50) * 1000,
+        result |= {
+            "steady": asdict(steady),
+            "churn": asdict(churn),
             "rss_mib": rss / 2**20,
             "hwm_mib": hwm / 2**20,
-            "cpu_percent": 100 * cpu / elapsed,
-            "creates_per_s": calls / elapsed,
-            "nodemetric_writes": report_writes(after, "NodeMetric"),
-            "nrt_writes": report_writes(after, "NodeResourceTopology"),
-            "elapsed_s": elapsed,
+            "nodemetric_writes": report_writes(metrics, "NodeMetric"),
+            "nrt_writes": report_writes(metrics, "NodeResourceTopology"),
+            "load": [load_start, os.getloadavg()],
         }
-        del before
         proc.send_signal(signal.SIGTERM)
         t_stop = time.monotonic()
-        rc = await asyncio.wait_for(proc.wait(), 10)
+        rc = await asyncio.wait_for(proc.wait(), 10 + pods * 0.01)
         result["stop_s"] = time.monotonic() - t_stop
         result["rc"] = rc
     finally:
@@ -200,40 +253,81 @@ async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dic
 
 def main() -> None:
     p = parser(__doc__ or "")
+    p.set_defaults(runs=3)
+    p.add_argument("--pods", type=int, nargs="+", default=[PODS], help="pod counts (2 containers per pod)")
+    p.add_argument("--steady", type=float, default=20.0, help="seconds of the steady window")
+    p.add_argument("--churn", type=float, default=20.0, help="seconds of the churn window")
+    p.add_argument("--json", default="", help="also write every run's figures to this file")
     p.add_argument(
         "--reporting",
         choices=("on", "off"),
         default="on",
-        help="NodeMetric and NRT reports (on: a NodeMetric exists and the run lasts until one is written)",
+        help="NodeMetric and NRT reports (on: a NodeMetric with a 30 s report interval exists)",
     )
     args = p.parse_args()
-    duration = 6.0 if args.quick else 30.0
-    runs = 1 if args.quick else min(args.runs, 3)
-    results = []
-    for _ in range(runs):
-        with tempfile.TemporaryDirectory(prefix="koordqos-bench-") as tmp:
-            results.append(asyncio.run(one_run(duration, Path(tmp), args.reporting == "on")))
+    steady_s, churn_s = (6.0, 6.0) if args.quick else (args.steady, args.churn)
+    runs = 1 if args.quick else args.runs
+    everything: list[dict[str, Any]] = []
+    rows = []
+    for pods in args.pods:
+        results = []
+        for i in range(runs):
+            with tempfile.TemporaryDirectory(prefix="koordqos-bench-") as tmp:
+                r = asyncio.run(one_run(pods, steady_s, churn_s, Path(tmp), args.reporting == "on"))
+            results.append(r)
+            load = r["load"]
+            print(
+                f"# {pods} pods run {i + 1}/{runs}: steady {r['steady']['cpu_percent']:.1f} %, "
+                f"churn {r['churn']['cpu_percent']:.1f} % ({r['churn']['creates_per_s']:.0f}/s), "
+                f"lag p99 ≤ {r['steady']['lag_p99_ms']:g}/{r['churn']['lag_p99_ms']:g} ms, longest step "
+                f"{r['steady']['longest_ms']:.1f}/{r['churn']['longest_ms']:.1f} ms "
+                f"[{r['churn']['longest_name'] if r['churn']['longest_ms'] >= r['steady']['longest_ms'] else r['steady']['longest_name']}], "
+                f"start-up {r['startup_s']:.1f} s, RSS {r['rss_mib']:.0f} MiB; "
+                f"load {load[0][0]:.1f} → {load[1][0]:.1f}",
+                flush=True,
+            )
+        everything += results
 
-    def med(key: str) -> float:
-        return median([r[key] for r in results])
+        def med(get: Any, rs: list[dict[str, Any]] = results) -> float:
+            return median([get(r) for r in rs])
 
-    print(f"machine: {machine()}; {runs} run(s) of {duration:.0f} s, median; {PODS} pods, {2 * PODS} ctrs")
+        longest = max(results, key=lambda r: max(r["steady"]["longest_ms"], r["churn"]["longest_ms"]))
+        lw = max((longest["steady"], longest["churn"]), key=lambda w: w["longest_ms"])
+        rows.append(
+            [
+                pods,
+                f"{med(lambda r: r['steady']['cpu_percent']):.1f} %",
+                f"{med(lambda r: r['churn']['cpu_percent']):.1f} % "
+                f"({med(lambda r: r['churn']['creates_per_s']):.0f}/s)",
+                f"{med(lambda r: r['rss_mib']):.0f} MiB",
+                f"≤ {med(lambda r: r['steady']['lag_p99_ms']):g} / ≤ {med(lambda r: r['churn']['lag_p99_ms']):g} ms",
+                f"{med(lambda r: r['steady']['longest_ms']):.1f} / {med(lambda r: r['churn']['longest_ms']):.1f}"
+                f" ms (max {lw['longest_ms']:.1f}: {lw['longest_name']})",
+                f"{med(lambda r: r['startup_s']):.1f} s",
+                f"{med(lambda r: r['load'][0][0]):.1f}–{med(lambda r: r['load'][1][0]):.1f}",
+            ]
+        )
+    print(
+        f"machine: {machine()}; {runs} run(s) per size, median; windows {steady_s:.0f} s steady + "
+        f"{churn_s:.0f} s churn; reporting {args.reporting}"
+    )
     print(
         table(
+            rows,
             [
-                ["event-loop lag p50 (histogram bucket)", f"≤ {med('lag_p50_ms'):g} ms"],
-                ["event-loop lag p99 (histogram bucket)", f"≤ {med('lag_p99_ms'):g} ms"],
-                ["resident memory at the end (VmRSS)", f"{med('rss_mib'):.0f} MiB"],
-                ["peak resident memory (VmHWM)", f"{med('hwm_mib'):.0f} MiB"],
-                ["agent CPU (1 s ticks, 4 strategies, hooks)", f"{med('cpu_percent'):.1f} % of one core"],
-                ["CreateContainer calls driven", f"{med('creates_per_s'):.0f} /s"],
-                ["measured for", f"{med('elapsed_s'):.0f} s (reporting {args.reporting})"],
-                ["NodeMetric / NRT writes", f"{med('nodemetric_writes'):.0f} / {med('nrt_writes'):.0f}"],
-                ["SIGTERM → exit", f"{med('stop_s'):.2f} s (exit code {int(med('rc'))})"],
+                "pods",
+                "CPU steady",
+                "CPU churn",
+                "RSS",
+                "lag p99 steady / churn",
+                "longest step steady / churn",
+                "start-up → /readyz",
+                "load avg",
             ],
-            ["measure", "value"],
         )
     )
+    if args.json:
+        Path(args.json).write_text(json.dumps(everything, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,198 @@
+"""Slow-step detector: how long each event-loop step runs, and which one ran longest (opt-in).
+
+The loop's budget is no step over 5 ms (docs/performance.md); the loop-lag probe only says that *some* step was
+late. With `KOORDQOS_LOOP_WATCH=1` the agent times every step instead:
+
+* on the stdlib loop, `asyncio.events.Handle._run` (every callback and every task step goes through it) is
+  wrapped: the duration goes into a fixed-bucket histogram and a step over `slow_seconds` is remembered with
+  its name (the task's name and coroutine and where it was suspended after the step, i.e. the `await` that
+  ended the long stretch; or the callback's qualified name);
+* on a loop that does not run `Handle._run` (uvloop's handles are compiled), a probe timer re-armed every
+  `probe_seconds` measures how late it fires: a step of L ms delays it by up to L ms, so the longest lateness
+  bounds the longest step, without a name.
+
+Off (the default) nothing is installed and nothing costs. On, a step costs ~1 µs more (two clock reads and a
+bucket increment); names are only built for slow steps. Exposed as `koordqos_loop_step_seconds` and
+`koordqos_loop_longest_step_seconds{step}` on /metrics and as JSON on /debug/loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import os
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from koordqos import observability as obs
+
+ENV = "KOORDQOS_LOOP_WATCH"
+BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+SLOW_SECONDS = 0.001  # steps at least this long are remembered by name (a few per second at most)
+KEEP_SLOW = 512
+
+
+@dataclass(frozen=True, slots=True)
+class SlowStep:
+    """One step over the slow threshold: when it ended (time.monotonic, shared by processes), how long."""
+
+    at: float
+    seconds: float
+    name: str
+
+
+class LoopWatch:
+    """Step durations of one loop; `record` is the only call on the hot path."""
+
+    def __init__(self, mode: str, slow_seconds: float = SLOW_SECONDS) -> None:
+        self.mode = mode  # "handle" (every step timed) or "probe" (lateness of a timer)
+        self.slow_seconds = slow_seconds
+        self.counts = [0] * (len(BUCKETS) + 1)
+        self.steps = 0
+        self.total = 0.0
+        self.longest = 0.0
+        self.longest_name = ""
+        self.longest_at = 0.0
+        self.slow: deque[SlowStep] = deque(maxlen=KEEP_SLOW)
+
+    def record(self, seconds: float, what: Any) -> None:
+        """Count one step; remember it by name when slow."""
+        self.counts[bisect.bisect_left(BUCKETS, seconds)] += 1
+        self.steps += 1
+        self.total += seconds
+        if seconds >= self.slow_seconds:
+            now = time.monotonic()
+            name = step_name(what)
+            self.slow.append(SlowStep(now, seconds, name))
+            if seconds > self.longest:
+                self.longest, self.longest_name, self.longest_at = seconds, name, now
+
+    def snapshot(self, since: float = 0.0) -> dict[str, Any]:
+        """JSON for /debug/loop: totals, the longest step, the slow steps that ended at or after `since`."""
+        slow = [s for s in self.slow if s.at >= since]
+        top = max(slow, key=lambda s: s.seconds, default=None)
+        return {
+            "mode": self.mode,
+            "steps": self.steps,
+            "seconds": round(self.total, 6),
+            "buckets": dict(zip([*map(str, BUCKETS), "+Inf"], self.counts, strict=True)),
+            "longest": {"seconds": self.longest, "name": self.longest_name, "at": self.longest_at},
+            "longest_since": None if top is None else {"seconds": top.seconds, "name": top.name, "at": top.at},
+            "slow": [{"at": s.at, "seconds": s.seconds, "name": s.name} for s in slow],
+        }
+
+
+def step_name(what: Any) -> str:
+    """A readable name for a loop step: the task and where it stopped, or the callback."""
+    if isinstance(what, str):
+        return what
+    cb = getattr(what, "_callback", what)
+    task = getattr(cb, "__self__", None)
+    if isinstance(task, asyncio.Task):
+        coro = task.get_coro()
+        where = _suspended_at(coro)
+        qual = getattr(coro, "__qualname__", type(coro).__name__)
+        return f"task {task.get_name()} {qual}" + (f" → {where}" if where else "")
+    func = getattr(cb, "__func__", cb)
+    return f"callback {getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+
+
+def _suspended_at(coro: Any) -> str:
+    """The innermost coroutine frame in the await chain (where the step ended), as qualname:line."""
+    frame_owner = coro
+    last = ""
+    for _ in range(64):  # await chains are short; bounded anyway
+        frame = getattr(frame_owner, "cr_frame", None) or getattr(frame_owner, "gi_frame", None)
+        if frame is None:
+            break
+        last = f"{frame.f_code.co_qualname}:{frame.f_lineno}"
+        frame_owner = getattr(frame_owner, "cr_await", None) or getattr(frame_owner, "gi_yieldfrom", None)
+        if frame_owner is None:
+            break
+    return last
+
+
+class _Exposition(Collector):
+    def __init__(self, watch: LoopWatch) -> None:
+        self.watch = watch
+
+    def collect(self) -> Iterator[Any]:
+        w = self.watch
+        cumulative, buckets = 0, []
+        for le, n in zip([*map(str, BUCKETS), "+Inf"], w.counts, strict=True):
+            cumulative += n
+            buckets.append((le, cumulative))
+        h = HistogramMetricFamily(
+            "koordqos_loop_step_seconds",
+            f"Duration of event-loop steps (mode {w.mode}; {ENV}=1)",
+            buckets=buckets,
+            sum_value=w.total,
+        )
+        yield h
+        g = GaugeMetricFamily(
+            "koordqos_loop_longest_step_seconds", "The longest event-loop step so far", labels=["step"]
+        )
+        g.add_metric([w.longest_name], w.longest)
+        yield g
+
+
+_installed: LoopWatch | None = None
+
+
+def current() -> LoopWatch | None:
+    """The installed watch (None when off)."""
+    return _installed
+
+
+def enabled(env: dict[str, str] | None = None) -> bool:
+    """`KOORDQOS_LOOP_WATCH` set to 1/true/yes/on."""
+    return (env if env is not None else os.environ).get(ENV, "").lower() in ("1", "true", "yes", "on")
+
+
+def install(loop: asyncio.AbstractEventLoop, probe_seconds: float = 0.005) -> LoopWatch:
+    """Time every step of `loop` (stdlib loop) or probe it (other loops); once per process."""
+    global _installed
+    if _installed is not None:
+        return _installed
+    if isinstance(loop, asyncio.BaseEventLoop):
+        watch = LoopWatch("handle")
+        _wrap_handle_run(watch)
+    else:
+        watch = LoopWatch("probe")
+        _start_probe(loop, watch, probe_seconds)
+    obs.REGISTRY.register(_Exposition(watch))
+    _installed = watch
+    return watch
+
+
+def _wrap_handle_run(watch: LoopWatch) -> None:
+    original = asyncio.events.Handle._run
+    clock = time.perf_counter
+    record = watch.record
+
+    def _run(self: asyncio.Handle) -> None:
+        start = clock()
+        original(self)  # type: ignore[arg-type]  # Handle._run catches and reports the callback's errors
+        record(clock() - start, self)
+
+    asyncio.events.Handle._run = _run  # type: ignore[method-assign]
+
+
+def _start_probe(loop: asyncio.AbstractEventLoop, watch: LoopWatch, interval: float) -> None:
+    name = f"? (probe timer on {type(loop).__module__}.{type(loop).__name__}: lateness, not a step name)"
+
+    def fire(due: float) -> None:
+        now = loop.time()
+        watch.record(max(0.0, now - due), name)
+        loop.call_at(now + interval, fire, now + interval)
+
+    loop.call_at(loop.time() + interval, fire, loop.time() + interval)
+
+
+__all__ = ["ENV", "LoopWatch", "SlowStep", "current", "enabled", "install", "step_name"]
