@@ -104,18 +104,22 @@ def step_name(what: Any) -> str:
 
 
 def _suspended_at(coro: Any) -> str:
-    """The innermost coroutine frame in the await chain (where the step ended), as qualname:line."""
-    frame_owner = coro
+    """Where the step ended: the innermost frame of the await chain outside asyncio, as qualname:line."""
+    owner = coro
     last = ""
     for _ in range(64):  # await chains are short; bounded anyway
-        frame = getattr(frame_owner, "cr_frame", None) or getattr(frame_owner, "gi_frame", None)
+        frame = getattr(owner, "cr_frame", None) or getattr(owner, "gi_frame", None)
         if frame is None:
             break
-        last = f"{frame.f_code.co_qualname}:{frame.f_lineno}"
-        frame_owner = getattr(frame_owner, "cr_await", None) or getattr(frame_owner, "gi_yieldfrom", None)
-        if frame_owner is None:
+        if not frame.f_code.co_filename.startswith(_ASYNCIO_DIR) or not last:
+            last = f"{frame.f_code.co_qualname}:{frame.f_lineno}"
+        owner = getattr(owner, "cr_await", None) or getattr(owner, "gi_yieldfrom", None)
+        if owner is None:
             break
     return last
+
+
+_ASYNCIO_DIR = os.path.dirname(asyncio.__file__)
 
 
 class _Exposition(Collector):
