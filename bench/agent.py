@@ -276,12 +276,13 @@ def main() -> None:
                 r = asyncio.run(one_run(pods, steady_s, churn_s, Path(tmp), args.reporting == "on"))
             results.append(r)
             load = r["load"]
+            worst = max((r["steady"], r["churn"]), key=lambda w: w["longest_ms"])
             print(
                 f"# {pods} pods run {i + 1}/{runs}: steady {r['steady']['cpu_percent']:.1f} %, "
                 f"churn {r['churn']['cpu_percent']:.1f} % ({r['churn']['creates_per_s']:.0f}/s), "
                 f"lag p99 ≤ {r['steady']['lag_p99_ms']:g}/{r['churn']['lag_p99_ms']:g} ms, longest step "
                 f"{r['steady']['longest_ms']:.1f}/{r['churn']['longest_ms']:.1f} ms "
-                f"[{r['churn']['longest_name'] if r['churn']['longest_ms'] >= r['steady']['longest_ms'] else r['steady']['longest_name']}], "
+                f"[{worst['longest_name']}], "
                 f"start-up {r['startup_s']:.1f} s, RSS {r['rss_mib']:.0f} MiB; "
                 f"load {load[0][0]:.1f} → {load[1][0]:.1f}",
                 flush=True,
@@ -300,9 +301,11 @@ def main() -> None:
                 f"{med(lambda r: r['churn']['cpu_percent']):.1f} % "
                 f"({med(lambda r: r['churn']['creates_per_s']):.0f}/s)",
                 f"{med(lambda r: r['rss_mib']):.0f} MiB",
-                f"≤ {med(lambda r: r['steady']['lag_p99_ms']):g} / ≤ {med(lambda r: r['churn']['lag_p99_ms']):g} ms",
-                f"{med(lambda r: r['steady']['longest_ms']):.1f} / {med(lambda r: r['churn']['longest_ms']):.1f}"
-                f" ms (max {lw['longest_ms']:.1f}: {lw['longest_name']})",
+                f"≤ {med(lambda r: r['steady']['lag_p99_ms']):g} / "
+                f"≤ {med(lambda r: r['churn']['lag_p99_ms']):g} ms",
+                f"{med(lambda r: r['steady']['longest_ms']):.1f} / "
+                f"{med(lambda r: r['churn']['longest_ms']):.1f} ms "
+                f"(max {lw['longest_ms']:.1f}: {lw['longest_name']})",
                 f"{med(lambda r: r['startup_s']):.1f} s",
                 f"{med(lambda r: r['load'][0][0]):.1f}–{med(lambda r: r['load'][1][0]):.1f}",
             ]

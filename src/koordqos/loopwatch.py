@@ -1,7 +1,7 @@
-"""Slow-step detector: how long each event-loop step runs, and which one ran longest (opt-in).
+"""Slow-step detector: how long each event-loop step runs and which one ran longest (opt-in).
 
-The loop's budget is no step over 5 ms (docs/performance.md); the loop-lag probe only says that *some* step was
-late. With `KOORDQOS_LOOP_WATCH=1` the agent times every step instead:
+The loop's budget is no step over 5 ms (docs/performance.md); the loop-lag probe only says that *some*
+step was late. With `KOORDQOS_LOOP_WATCH=1` the agent times every step instead:
 
 * on the stdlib loop, `asyncio.events.Handle._run` (every callback and every task step goes through it) is
   wrapped: the duration goes into a fixed-bucket histogram and a step over `slow_seconds` is remembered with
@@ -83,7 +83,9 @@ class LoopWatch:
             "seconds": round(self.total, 6),
             "buckets": dict(zip([*map(str, BUCKETS), "+Inf"], self.counts, strict=True)),
             "longest": {"seconds": self.longest, "name": self.longest_name, "at": self.longest_at},
-            "longest_since": None if top is None else {"seconds": top.seconds, "name": top.name, "at": top.at},
+            "longest_since": None
+            if top is None
+            else {"seconds": top.seconds, "name": top.name, "at": top.at},
             "slow": [{"at": s.at, "seconds": s.seconds, "name": s.name} for s in slow],
         }
 
@@ -182,7 +184,7 @@ def _wrap_handle_run(watch: LoopWatch) -> None:
 
     def _run(self: asyncio.Handle) -> None:
         start = clock()
-        original(self)  # type: ignore[arg-type]  # Handle._run catches and reports the callback's errors
+        original(self)  # Handle._run catches and reports the callback's errors itself
         record(clock() - start, self)
 
     asyncio.events.Handle._run = _run  # type: ignore[method-assign]
