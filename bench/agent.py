@@ -2,8 +2,8 @@
 
 The agent runs as a real subprocess (`python -m koordqos run`) against a synthetic node: a fake Kubernetes
 API server with N pods (`--pods`, default 200; half LS, half BE with batch resources) and an enabled NodeSLO,
-a synthetic cgroup/proc/sys tree whose counters advance, and a mock NRI runtime that synchronises the N pods /
-2N containers. After /readyz and a warm-up, two windows are measured: *steady* (counters advance, no runtime
+a synthetic cgroup/proc/sys tree whose counters advance (with the pod, sandbox and container dirs a runtime
+would have made), and a mock NRI runtime that synchronises the N pods / 2N containers. After /readyz and a warm-up, two windows are measured: *steady* (counters advance, no runtime
 events) and *churn* (18 CreateContainer calls every 0.5 s: 36 /s). In each: CPU (utime + stime of the agent,
 all threads) as % of one core, loop lag p99 (the agent's 100 ms probe histogram, this window only) and the
 longest single loop step with its name, from the slow-step detector (`KOORDQOS_LOOP_WATCH=1`, /debug/loop).
@@ -36,6 +36,7 @@ from koordqos.testing.nodefs import SyntheticNode
 
 NODE = "bench-node"
 PODS = 200
+PY_SPY = str(Path(sys.executable).with_name("py-spy"))  # installed next to this interpreter (the venv)
 TICK_S = 0.5
 CREATES_PER_TICK = 18  # 36 CreateContainer calls per second in the churn window (issue #18)
 WARMUP_S = 5.0  # after /readyz: the first reconcile pass, the first ticks
@@ -109,12 +110,21 @@ async def measure(
     seconds: float,
     node: SyntheticNode,
     churn: tuple[MockRuntime, list[Any]] | None,
+    profile: str = "",
 ) -> Window:
     """CPU, lag p99 and the longest step over `seconds`; with `churn`, 18 CreateContainer calls per 0.5 s."""
     before = await _get(http, f"{base}/metrics")
     since = time.monotonic()
     cpu0 = proc_cpu_seconds(pid)
     t0 = time.monotonic()
+    spy = None
+    if profile:  # py-spy's collapsed stacks of the agent over this window (--nonblocking: no pauses)
+        spy = await asyncio.create_subprocess_exec(
+            *(PY_SPY, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "100"),
+            *("--nonblocking", "--format", "raw", "--output", profile),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
     calls = 0
     tick = 0
     while time.monotonic() - t0 < seconds:
@@ -129,6 +139,8 @@ async def measure(
         await asyncio.sleep(max(0.0, t0 + tick * TICK_S - time.monotonic()))
     elapsed = time.monotonic() - t0
     cpu = proc_cpu_seconds(pid) - cpu0
+    if spy is not None:
+        await spy.wait()
     after = await _get(http, f"{base}/metrics")
     loop = json.loads(await _get(http, f"{base}/debug/loop?since={since}"))
     top = loop.get("longest_since") or {"seconds": 0.0, "name": "(no step ≥ 1 ms)"}
@@ -143,7 +155,7 @@ async def measure(
 
 
 async def one_run(
-    pods: int, steady_s: float, churn_s: float, workdir: Path, reporting: bool = True
+    pods: int, steady_s: float, churn_s: float, workdir: Path, reporting: bool = True, profile: str = ""
 ) -> dict[str, Any]:
     node = SyntheticNode(workdir / "node", cpus=8)
     api = FakeAPIServer()
@@ -175,7 +187,12 @@ async def one_run(
             else {"cpu": "1", "memory": "1Gi"},
         )
         api.upsert("pods", raw)
-        node.add_pod(parse_pod(raw))
+        pod_dir = node.add_pod(parse_pod(raw))
+        # as on a real node: the sandbox's and the containers' cgroup dirs exist (the runtime made them),
+        # also those of the containers the churn window creates (ids 9…13 of the first pods)
+        churned = range(9, 14) if i < CREATES_PER_TICK else range(0)
+        for cid in (sp.id, *(sample_container(sp, j).id for j in (0, 1, *churned))):
+            node.make_cgroup(node.layout.container_dir_in(pod_dir, f"containerd://{cid}"))
     kubeconfig = api.write_kubeconfig(workdir / "kubeconfig")
     sock = workdir / "nri.sock"
     runtime = MockRuntime(sock)
@@ -229,8 +246,9 @@ async def one_run(
             result["startup_s"] = time.monotonic() - t_spawn
             await runtime.wait_joined(timeout=60)
             await asyncio.sleep(WARMUP_S)
-            steady = await measure(http, base, proc.pid, steady_s, node, None)
-            churn = await measure(http, base, proc.pid, churn_s, node, (runtime, nri_pods))
+            prof = [f"{profile}-{pods}-{w}.txt" if profile else "" for w in ("steady", "churn")]
+            steady = await measure(http, base, proc.pid, steady_s, node, None, prof[0])
+            churn = await measure(http, base, proc.pid, churn_s, node, (runtime, nri_pods), prof[1])
             metrics = await _get(http, f"{base}/metrics")
         rss, hwm = proc_memory(proc.pid)
         result |= {
@@ -263,6 +281,7 @@ def main() -> None:
     p.add_argument("--steady", type=float, default=20.0, help="seconds of the steady window")
     p.add_argument("--churn", type=float, default=20.0, help="seconds of the churn window")
     p.add_argument("--json", default="", help="also write every run's figures to this file")
+    p.add_argument("--profile", default="", help="py-spy each window into PREFIX-<pods>-<window>.txt (raw)")
     p.add_argument(
         "--reporting",
         choices=("on", "off"),
@@ -278,7 +297,9 @@ def main() -> None:
         results = []
         for i in range(runs):
             with tempfile.TemporaryDirectory(prefix="koordqos-bench-") as tmp:
-                r = asyncio.run(one_run(pods, steady_s, churn_s, Path(tmp), args.reporting == "on"))
+                r = asyncio.run(
+                    one_run(pods, steady_s, churn_s, Path(tmp), args.reporting == "on", args.profile)
+                )
             results.append(r)
             load = r["load"]
             worst = max((r["steady"], r["churn"]), key=lambda w: w["longest_ms"])
