@@ -3,8 +3,9 @@
 The agent runs as a real subprocess (`python -m koordqos run`) against a synthetic node: a fake Kubernetes
 API server with N pods (`--pods`, default 200; half LS, half BE with batch resources) and an enabled NodeSLO,
 a synthetic cgroup/proc/sys tree whose counters advance (with the pod, sandbox and container dirs a runtime
-would have made), and a mock NRI runtime that synchronises the N pods / 2N containers. After /readyz and a warm-up, two windows are measured: *steady* (counters advance, no runtime
-events) and *churn* (18 CreateContainer calls every 0.5 s: 36 /s). In each: CPU (utime + stime of the agent,
+would have made), and a mock NRI runtime that synchronises the N pods / 2N containers. After /readyz and a
+warm-up, two windows are measured: *steady* (counters advance, no runtime events) and *churn* (18
+CreateContainer calls every 0.5 s: 36 /s). In each: CPU (utime + stime of the agent,
 all threads) as % of one core, loop lag p99 (the agent's 100 ms probe histogram, this window only) and the
 longest single loop step with its name, from the slow-step detector (`KOORDQOS_LOOP_WATCH=1`, /debug/loop).
 The load average is printed with each run: the figures mean nothing without it.
