@@ -5,9 +5,10 @@ API server with N pods (`--pods`, default 200; half LS, half BE with batch resou
 a synthetic cgroup/proc/sys tree whose counters advance (with the pod, sandbox and container dirs a runtime
 would have made), and a mock NRI runtime that synchronises the N pods / 2N containers. After /readyz and a
 warm-up, two windows are measured: *steady* (counters advance, no runtime events) and *churn* (18
-CreateContainer calls every 0.5 s: 36 /s). In each: CPU (utime + stime of the agent,
-all threads) as % of one core, loop lag p99 (the agent's 100 ms probe histogram, this window only) and the
-longest single loop step with its name, from the slow-step detector (`KOORDQOS_LOOP_WATCH=1`, /debug/loop).
+CreateContainer calls every 0.5 s: 36 /s, each a new container; each removed again 2.5 s later). In each:
+CPU (utime + stime of the agent, all threads) as % of one core, loop lag p99 (the agent's 100 ms probe
+histogram, this window only) and the longest single loop step with its name, from the slow-step detector
+(`KOORDQOS_LOOP_WATCH=1`, /debug/loop).
 The load average is printed with each run: the figures mean nothing without it.
 """
 
@@ -40,6 +41,7 @@ PODS = 200
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))  # installed next to this interpreter (the venv)
 TICK_S = 0.5
 CREATES_PER_TICK = 18  # 36 CreateContainer calls per second in the churn window (issue #18)
+CHURN_LIFETIME_TICKS = 5  # a churn container is removed 2.5 s after its creation
 WARMUP_S = 5.0  # after /readyz: the first reconcile pass, the first ticks
 
 
@@ -104,6 +106,29 @@ async def _get(http: aiohttp.ClientSession, url: str) -> str:
         return await r.text()
 
 
+def churn_container(sp: Any, tick: int) -> Any:
+    """The container a churn tick creates in pod `sp`: a fresh id per tick (ids 16… of the pod)."""
+    return sample_container(sp, 16 + tick)
+
+
+async def churn_tick(node: SyntheticNode, churn: tuple[MockRuntime, list[Any]], tick: int) -> None:
+    """One tick of churn: a new container in each of the first pods, and the one made 5 ticks ago removed.
+
+    As a runtime would, the container's cgroup dir is made before CreateContainer and removed after
+    RemoveContainer; so the node keeps 2N + 5 × 18 containers and every created one is new to the agent.
+    """
+    runtime, pods = churn
+    for sp in pods[:CREATES_PER_TICK]:
+        ctr = churn_container(sp, tick)
+        pod_dir = node.layout.normalize_parent(sp.linux.cgroup_parent)
+        node.make_cgroup(node.layout.container_dir_in(pod_dir, f"containerd://{ctr.id}"))
+        await runtime.create_container(sp, ctr)
+        if tick >= CHURN_LIFETIME_TICKS:
+            old = churn_container(sp, tick - CHURN_LIFETIME_TICKS)
+            await runtime.remove_container(sp, old)
+            node.remove_cgroup(node.layout.container_dir_in(pod_dir, f"containerd://{old.id}"))
+
+
 async def measure(
     http: aiohttp.ClientSession,
     base: str,
@@ -131,10 +156,8 @@ async def measure(
     while time.monotonic() - t0 < seconds:
         node.advance_node_cpu(busy_ticks=300, idle_ticks=500)
         if churn is not None:
-            runtime, pods = churn
-            for sp in pods[:CREATES_PER_TICK]:
-                await runtime.create_container(sp, sample_container(sp, 9 + calls % 5))
-                calls += 1
+            await churn_tick(node, churn, tick)
+            calls += CREATES_PER_TICK
         tick += 1
         # paced to the tick, not slept after the calls: the rate stays 36/s while each call is quick enough
         await asyncio.sleep(max(0.0, t0 + tick * TICK_S - time.monotonic()))
@@ -189,10 +212,8 @@ async def one_run(
         )
         api.upsert("pods", raw)
         pod_dir = node.add_pod(parse_pod(raw))
-        # as on a real node: the sandbox's and the containers' cgroup dirs exist (the runtime made them),
-        # also those of the containers the churn window creates (ids 9…13 of the first pods)
-        churned = range(9, 14) if i < CREATES_PER_TICK else range(0)
-        for cid in (sp.id, *(sample_container(sp, j).id for j in (0, 1, *churned))):
+        # as on a real node: the sandbox's and the containers' cgroup dirs exist (the runtime made them)
+        for cid in (sp.id, sample_container(sp, 0).id, sample_container(sp, 1).id):
             node.make_cgroup(node.layout.container_dir_in(pod_dir, f"containerd://{cid}"))
     kubeconfig = api.write_kubeconfig(workdir / "kubeconfig")
     sock = workdir / "nri.sock"
