@@ -82,6 +82,22 @@ def lag_quantile(after: str, q: float, before: str = "") -> float:
     return float("inf")
 
 
+def counter(metrics: str, name: str, labels: str) -> float:
+    """One sample of a /metrics page (0 when absent); `labels` as rendered, e.g. 'type="MetricTick"'."""
+    m = re.search(rf"^{name}\{{{re.escape(labels)}\}} ([0-9.e+]+)$", metrics, re.MULTILINE)
+    return float(m.group(1)) if m else 0.0
+
+
+def counters(metrics: str, name: str, label: str) -> dict[str, float]:
+    """Samples of a counter summed by one label."""
+    out: dict[str, float] = {}
+    for m in re.finditer(rf"^{name}\{{([^}}]*)\}} ([0-9.e+]+)$", metrics, re.MULTILINE):
+        value = re.search(rf'{label}="([^"]*)"', m.group(1))
+        if value:
+            out[value.group(1)] = out.get(value.group(1), 0.0) + float(m.group(2))
+    return out
+
+
 def report_writes(metrics: str, kind: str) -> float:
     """koordqos_report_writes_total{kind, outcome="written"} from a /metrics page (0 when absent)."""
     pattern = rf'koordqos_report_writes_total\{{kind="{kind}",outcome="written"\}} ([0-9.e+]+)'
@@ -99,6 +115,10 @@ class Window:
     longest_name: str
     creates_per_s: float
     seconds: float
+    cpu_ms_per_tick: float  # CPU per metrics tick: the demand, also when the load makes ticks late
+    ticks: float
+    planned_pods: dict[str, float]  # by reconciler pass kind
+    cgroup_writes: dict[str, float]  # by outcome
 
 
 async def _get(http: aiohttp.ClientSession, url: str) -> str:
@@ -168,7 +188,19 @@ async def measure(
     after = await _get(http, f"{base}/metrics")
     loop = json.loads(await _get(http, f"{base}/debug/loop?since={since}"))
     top = loop.get("longest_since") or {"seconds": 0.0, "name": "(no step ≥ 1 ms)"}
+    ticks = counter(after, "koordqos_bus_events_total", 'type="MetricTick"') - counter(
+        before, "koordqos_bus_events_total", 'type="MetricTick"'
+    )
+
+    def delta(name: str, label: str) -> dict[str, float]:
+        old = counters(before, name, label)
+        return {k: v - old.get(k, 0.0) for k, v in counters(after, name, label).items()}
+
     return Window(
+        cpu_ms_per_tick=1000 * cpu / ticks if ticks else float("nan"),
+        ticks=ticks,
+        planned_pods=delta("koordqos_hooks_reconcile_planned_pods_total", "pass"),
+        cgroup_writes=delta("koordqos_cgroup_writes_total", "outcome"),
         cpu_percent=100 * cpu / elapsed,
         lag_p99_ms=lag_quantile(after, 0.99, before) * 1000,
         longest_ms=top["seconds"] * 1000,
@@ -332,7 +364,11 @@ def main() -> None:
                 f"{r['steady']['longest_ms']:.1f}/{r['churn']['longest_ms']:.1f} ms "
                 f"[{worst['longest_name']}], "
                 f"start-up {r['startup_s']:.1f} s, RSS {r['rss_mib']:.0f} MiB; "
-                f"load {load[0][0]:.1f} → {load[1][0]:.1f}",
+                f"load {load[0][0]:.1f} → {load[1][0]:.1f}; ticks {r['steady']['ticks']:.0f}/"
+                f"{r['churn']['ticks']:.0f} ({r['steady']['cpu_ms_per_tick']:.0f}/"
+                f"{r['churn']['cpu_ms_per_tick']:.0f} ms CPU per tick); planned pods "
+                f"{r['steady']['planned_pods']}/{r['churn']['planned_pods']}; cgroup writes "
+                f"{r['steady']['cgroup_writes']}/{r['churn']['cgroup_writes']}",
                 flush=True,
             )
         everything += results
@@ -345,9 +381,11 @@ def main() -> None:
         rows.append(
             [
                 pods,
-                f"{med(lambda r: r['steady']['cpu_percent']):.1f} %",
+                f"{med(lambda r: r['steady']['cpu_percent']):.1f} % "
+                f"({med(lambda r: r['steady']['cpu_ms_per_tick']):.0f} ms/tick)",
                 f"{med(lambda r: r['churn']['cpu_percent']):.1f} % "
-                f"({med(lambda r: r['churn']['creates_per_s']):.0f}/s)",
+                f"({med(lambda r: r['churn']['cpu_ms_per_tick']):.0f} ms/tick; "
+                f"{med(lambda r: r['churn']['creates_per_s']):.0f} creates/s)",
                 f"{med(lambda r: r['rss_mib']):.0f} MiB",
                 f"≤ {med(lambda r: r['steady']['lag_p99_ms']):g} / "
                 f"≤ {med(lambda r: r['churn']['lag_p99_ms']):g} ms",

@@ -67,6 +67,12 @@ RECONCILE_PASSES = Counter(
     ["trigger"],
     registry=obs.REGISTRY,
 )
+RECONCILE_PLANNED = Counter(
+    "koordqos_hooks_reconcile_planned_pods_total",
+    "Pods planned by reconciler passes, by kind (an incremental pass plans only pods whose inputs changed)",
+    ["pass"],
+    registry=obs.REGISTRY,
+)
 RECONCILE_SECONDS = Histogram(
     "koordqos_hooks_reconcile_seconds",
     "Duration of one reconciler pass (compute + apply)",
@@ -196,6 +202,7 @@ class HookReconciler:
         if result.full:
             self._last_full = time.monotonic()
         RECONCILE_PASSES.labels(trigger).inc()
+        RECONCILE_PLANNED.labels("full" if result.full else "incremental").inc(len(result.planned))
         if "GroupIdentity" in result.rules_updated:
             # before the bvt writes: the sysctl turns group identity on
             await self.host.apply(STRATEGY, group_identity_sysctls(self.hooks.group_identity))
