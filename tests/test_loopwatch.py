@@ -53,6 +53,16 @@ def test_every_step_is_timed_and_the_longest_is_named() -> None:
     assert 'koordqos_loop_longest_step_seconds{step="task hogger hog' in got["metrics"]
 
 
+def test_the_cpu_clock_leaves_out_the_time_the_loop_was_off_cpu() -> None:
+    # the hog blocks in time.sleep: 30 ms by the wall clock, next to no CPU time
+    got = run("watch = loopwatch.install(loop, env={'KOORDQOS_LOOP_WATCH': 'cpu'})")
+    snap = got["snap"]
+    assert isinstance(snap, dict)
+    assert snap["clock"] == "cpu"
+    assert snap["longest"]["seconds"] < 0.01  # by CPU time no step came near the 30 ms sleep
+    assert 'koordqos_loop_longest_step_seconds{step="' in got["metrics"]
+
+
 def test_the_probe_bounds_the_longest_step_on_a_loop_without_python_handles() -> None:
     got = run("watch = loopwatch.LoopWatch('probe'); loopwatch._start_probe(loop, watch, 0.002)")
     snap = got["snap"]

@@ -7,6 +7,9 @@ step was late. With `KOORDQOS_LOOP_WATCH=1` the agent times every step instead:
   wrapped: the duration goes into a fixed-bucket histogram and a step over `slow_seconds` is remembered with
   its name (the task's name and coroutine and where it was suspended after the step, i.e. the `await` that
   ended the long stretch; or the callback's qualified name);
+* `KOORDQOS_LOOP_WATCH=cpu` times steps by the loop thread's CPU time instead of the wall clock: on a loaded
+  machine a step's wall time includes the time the thread waited for a core, its CPU time is the step's own
+  work (the wall time of slow steps is kept too). It costs more (`thread_time` is a system call, ~1–2 µs);
 * on a loop that does not run `Handle._run` (uvloop's handles are compiled), a probe timer re-armed every
   `probe_seconds` measures how late it fires: a step of L ms delays it by up to L ms, so the longest lateness
   bounds the longest step, without a name.
@@ -23,7 +26,7 @@ import bisect
 import os
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +35,7 @@ from prometheus_client.registry import Collector
 
 from koordqos import observability as obs
 
-ENV = "KOORDQOS_LOOP_WATCH"
+ENV = "KOORDQOS_LOOP_WATCH"  # "1"/"true"/"on": wall clock; "cpu": the loop thread's CPU time
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 SLOW_SECONDS = 0.001  # steps at least this long are remembered by name (a few per second at most)
 KEEP_SLOW = 512
@@ -45,13 +48,15 @@ class SlowStep:
     at: float
     seconds: float
     name: str
+    wall: float  # the same step by the wall clock (= seconds unless the clock is "cpu")
 
 
 class LoopWatch:
     """Step durations of one loop; `record` is the only call on the hot path."""
 
-    def __init__(self, mode: str, slow_seconds: float = SLOW_SECONDS) -> None:
+    def __init__(self, mode: str, slow_seconds: float = SLOW_SECONDS, clock: str = "wall") -> None:
         self.mode = mode  # "handle" (every step timed) or "probe" (lateness of a timer)
+        self.clock = clock  # "wall" or "cpu" (the loop thread's CPU time)
         self.slow_seconds = slow_seconds
         self.counts = [0] * (len(BUCKETS) + 1)
         self.steps = 0
@@ -61,7 +66,7 @@ class LoopWatch:
         self.longest_at = 0.0
         self.slow: deque[SlowStep] = deque(maxlen=KEEP_SLOW)
 
-    def record(self, seconds: float, what: Any) -> None:
+    def record(self, seconds: float, what: Any, wall: float | None = None) -> None:
         """Count one step; remember it by name when slow."""
         self.counts[bisect.bisect_left(BUCKETS, seconds)] += 1
         self.steps += 1
@@ -69,7 +74,7 @@ class LoopWatch:
         if seconds >= self.slow_seconds:
             now = time.monotonic()
             name = step_name(what)
-            self.slow.append(SlowStep(now, seconds, name))
+            self.slow.append(SlowStep(now, seconds, name, seconds if wall is None else wall))
             if seconds > self.longest:
                 self.longest, self.longest_name, self.longest_at = seconds, name, now
 
@@ -79,14 +84,15 @@ class LoopWatch:
         top = max(slow, key=lambda s: s.seconds, default=None)
         return {
             "mode": self.mode,
+            "clock": self.clock,
             "steps": self.steps,
             "seconds": round(self.total, 6),
             "buckets": dict(zip([*map(str, BUCKETS), "+Inf"], self.counts, strict=True)),
             "longest": {"seconds": self.longest, "name": self.longest_name, "at": self.longest_at},
             "longest_since": None
             if top is None
-            else {"seconds": top.seconds, "name": top.name, "at": top.at},
-            "slow": [{"at": s.at, "seconds": s.seconds, "name": s.name} for s in slow],
+            else {"seconds": top.seconds, "name": top.name, "at": top.at, "wall": top.wall},
+            "slow": [{"at": s.at, "seconds": s.seconds, "name": s.name, "wall": s.wall} for s in slow],
         }
 
 
@@ -156,19 +162,26 @@ def current() -> LoopWatch | None:
     return _installed
 
 
-def enabled(env: dict[str, str] | None = None) -> bool:
-    """`KOORDQOS_LOOP_WATCH` set to 1/true/yes/on."""
-    return (env if env is not None else os.environ).get(ENV, "").lower() in ("1", "true", "yes", "on")
+def enabled(env: Mapping[str, str] | None = None) -> bool:
+    """`KOORDQOS_LOOP_WATCH` set to 1/true/yes/on or cpu."""
+    return _setting(env) in ("1", "true", "yes", "on", "cpu")
 
 
-def install(loop: asyncio.AbstractEventLoop, probe_seconds: float = 0.005) -> LoopWatch:
+def _setting(env: Mapping[str, str] | None) -> str:
+    return (env if env is not None else os.environ).get(ENV, "").lower()
+
+
+def install(
+    loop: asyncio.AbstractEventLoop, probe_seconds: float = 0.005, env: Mapping[str, str] | None = None
+) -> LoopWatch:
     """Time every step of `loop` (stdlib loop) or probe it (other loops); once per process."""
     global _installed
     if _installed is not None:
         return _installed
     if isinstance(loop, asyncio.BaseEventLoop):
-        watch = LoopWatch("handle")
-        _wrap_handle_run(watch)
+        cpu = _setting(env) == "cpu"
+        watch = LoopWatch("handle", clock="cpu" if cpu else "wall")
+        (_wrap_handle_run_cpu if cpu else _wrap_handle_run)(watch)
     else:
         watch = LoopWatch("probe")
         _start_probe(loop, watch, probe_seconds)
@@ -186,6 +199,19 @@ def _wrap_handle_run(watch: LoopWatch) -> None:
         start = clock()
         original(self)  # Handle._run catches and reports the callback's errors itself
         record(clock() - start, self)
+
+    asyncio.events.Handle._run = _run  # type: ignore[method-assign]
+
+
+def _wrap_handle_run_cpu(watch: LoopWatch) -> None:
+    original = asyncio.events.Handle._run
+    clock, cpu_clock = time.perf_counter, time.thread_time
+    record = watch.record
+
+    def _run(self: asyncio.Handle) -> None:
+        start, cpu_start = clock(), cpu_clock()
+        original(self)
+        record(cpu_clock() - cpu_start, self, clock() - start)
 
     asyncio.events.Handle._run = _run  # type: ignore[method-assign]
 
