@@ -34,6 +34,7 @@ import aiohttp
 from _common import machine, median, parser, table
 from koordqos.model.pod import parse_pod
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_nodeslo, make_pod
+from koordqos.testing.mock_nri.protocol import PluginDroppedError
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
@@ -117,6 +118,7 @@ class Window:
     longest_name: str
     longest_wall_ms: float  # the same step by the wall clock
     step_clock: str
+    dropped: str  # the runtime dropped the plugin (a reply missed its deadline) in this window
     creates_per_s: float
     seconds: float
     cpu_ms_per_tick: float  # CPU per metrics tick: the demand, also when the load makes ticks late
@@ -177,11 +179,15 @@ async def measure(
         )
     calls = 0
     tick = 0
+    dropped = ""
     while time.monotonic() - t0 < seconds:
         node.advance_node_cpu(busy_ticks=300, idle_ticks=500)
-        if churn is not None:
-            await churn_tick(node, churn, tick)
-            calls += CREATES_PER_TICK
+        if churn is not None and not dropped:
+            try:
+                await churn_tick(node, churn, tick)
+                calls += CREATES_PER_TICK
+            except PluginDroppedError as exc:  # the agent missed the runtime's 2 s deadline: say so
+                dropped = str(exc)
         tick += 1
         # paced to the tick, not slept after the calls: the rate stays 36/s while each call is quick enough
         await asyncio.sleep(max(0.0, t0 + tick * TICK_S - time.monotonic()))
@@ -212,6 +218,7 @@ async def measure(
         longest_name=top["name"],
         longest_wall_ms=top["wall"] * 1000,
         step_clock=loop.get("clock", "wall"),
+        dropped=dropped,
         creates_per_s=calls / elapsed,
         seconds=elapsed,
     )
@@ -367,18 +374,25 @@ def main() -> None:
         results = []
         for i in range(runs):
             with tempfile.TemporaryDirectory(prefix="koordqos-bench-") as tmp:
-                r = asyncio.run(
-                    one_run(
-                        pods,
-                        steady_s,
-                        churn_s,
-                        Path(tmp),
-                        args.reporting == "on",
-                        args.profile,
-                        args.step_clock,
+                try:
+                    r = asyncio.run(
+                        one_run(
+                            pods,
+                            steady_s,
+                            churn_s,
+                            Path(tmp),
+                            args.reporting == "on",
+                            args.profile,
+                            args.step_clock,
+                        )
                     )
-                )
+                except Exception as exc:  # one failed run (e.g. never ready under the load) is reported
+                    print(f"# {pods} pods run {i + 1}/{runs} FAILED: {type(exc).__name__}: {exc}", flush=True)
+                    continue
             results.append(r)
+            everything.append(r)
+            if args.json:  # after every run: a later failure keeps what was measured
+                Path(args.json).write_text(json.dumps(everything, indent=1))
             load = r["load"]
             worst = max((r["steady"], r["churn"]), key=lambda w: w["longest_ms"])
             print(
@@ -392,10 +406,12 @@ def main() -> None:
                 f"{r['churn']['ticks']:.0f} ({r['steady']['cpu_ms_per_tick']:.0f}/"
                 f"{r['churn']['cpu_ms_per_tick']:.0f} ms CPU per tick); planned pods "
                 f"{r['steady']['planned_pods']}/{r['churn']['planned_pods']}; cgroup writes "
-                f"{r['steady']['cgroup_writes']}/{r['churn']['cgroup_writes']}",
+                f"{r['steady']['cgroup_writes']}/{r['churn']['cgroup_writes']}"
+                + (f"; NRI PLUGIN DROPPED: {r['churn']['dropped']}" if r["churn"]["dropped"] else ""),
                 flush=True,
             )
-        everything += results
+        if not results:
+            continue
 
         def med(get: Any, rs: list[dict[str, Any]] = results) -> float:
             return median([get(r) for r in rs])
@@ -439,8 +455,6 @@ def main() -> None:
             ],
         )
     )
-    if args.json:
-        Path(args.json).write_text(json.dumps(everything, indent=1))
 
 
 if __name__ == "__main__":
