@@ -53,6 +53,7 @@ log = structlog.get_logger("koordqos.hooks.reconciler")
 
 STRATEGY = "runtime-hooks"
 YIELD_EVERY_PODS = 20
+YIELD_AFTER_SECONDS = 0.002
 # A full pass at least this often. The executor's cache holds a written value for 60 s (force_update_seconds)
 # anyway, so a full pass more often than that would mostly re-plan what it then skips.
 FULL_PASS_SECONDS = 60.0
@@ -196,9 +197,14 @@ class HookReconciler:
 
     async def _plan_and_apply(self, state: NodeState, trigger: str, result: PassResult, full: bool) -> None:
         steps = self.planner.steps(state, result, full=full, all_processes=full or trigger == "interval")
+        clock = time.perf_counter
+        since = clock()
         for done, _ in enumerate(steps, 1):
-            if done % YIELD_EVERY_PODS == 0:
-                await asyncio.sleep(0)  # keep every step on the loop short at hundreds of pods
+            # keep every step on the loop short at hundreds of pods: a turn for the others every 20 pods,
+            # or sooner when they took long (a pod with many containers, a slow machine)
+            if done % YIELD_EVERY_PODS == 0 or clock() - since >= YIELD_AFTER_SECONDS:
+                await asyncio.sleep(0)
+                since = clock()
         if result.full:
             self._last_full = time.monotonic()
         RECONCILE_PASSES.labels(trigger).inc()
