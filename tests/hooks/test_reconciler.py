@@ -576,3 +576,24 @@ async def test_the_slow_full_pass_reapplies_a_file_changed_behind_our_back(tmp_p
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_pass_that_fails_half_way_makes_the_next_one_full(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    p = be_pod()
+    pdir = node.add_pod(p)  # type: ignore[arg-type]
+    rec = make_reconciler(node)
+    s = state(PodsReplaced((p,)))  # type: ignore[arg-type]
+    original = rec.executor.apply
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("the executor failed")
+
+    rec.executor.apply = broken  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="executor failed"):
+        await rec.reconcile(s)
+    rec.executor.apply = original  # type: ignore[method-assign]
+    result = await rec.reconcile(s, "interval")
+    assert result.full
+    assert result.planned == ["be1"]
+    assert cpu(node, pdir, "cpu.cfs_quota_us") == "50000"

@@ -173,6 +173,11 @@ class ReconcilePlanner:
         """Plan `uid` again in the next pass (its writes did not all land: a dir missing, a write failed)."""
         self.records.pop(uid, None)
 
+    def forget_all(self) -> None:
+        """Make the next pass full (a pass failed half-way: a rule change may not have been applied)."""
+        self.records.clear()
+        self._node_wide = None
+
     # -- pods and containers ----------------------------------------------------------------------
 
     def _pod(

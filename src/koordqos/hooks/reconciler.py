@@ -187,8 +187,7 @@ class HookReconciler:
         try:
             await self._plan_and_apply(state, trigger, result, full)
         except BaseException:  # failed or cancelled half-way: what was planned may not have landed
-            for uid in result.planned:
-                self.planner.forget(uid)
+            self.planner.forget_all()
             raise
         self.passes += 1
         self.last = result
