@@ -597,3 +597,14 @@ async def test_a_pass_that_fails_half_way_makes_the_next_one_full(tmp_path: Path
     assert result.full
     assert result.planned == ["be1"]
     assert cpu(node, pdir, "cpu.cfs_quota_us") == "50000"
+
+
+def test_the_full_pass_period_follows_the_executor_cache(tmp_path: Path) -> None:
+    from koordqos.cgroups.executor import CgroupExecutor
+
+    node = make_node(tmp_path)
+    base = make_reconciler(node)
+    for force, interval, want in ((60.0, 10.0, 60.0), (0.0, 0.2, 0.2), (30.0, 120.0, 120.0)):
+        executor = CgroupExecutor(node.layout, base.decisions, force_update_seconds=force)
+        rec = HookReconciler(base.hooks, node.layout, executor, base.host, base.decisions, interval=interval)
+        assert rec.full_interval == want

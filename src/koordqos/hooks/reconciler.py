@@ -3,10 +3,11 @@
 Runs every `hooks.reconcile_interval_seconds` and soon after pod, Node or NodeSLO changes (changes are
 coalesced: one pass covers all that arrived meanwhile). The passes the loop runs are incremental — only the
 pods whose inputs changed are planned again, plus those whose writes did not all land — and full at start,
-after a rule/Node/NodeSLO change and every `full_interval` seconds (so a file changed behind the agent's back
-is corrected once the executor's cache lets it through); a direct `reconcile()` call is full. The interval
-passes still apply the per-process targets of every pod (processes started since in unchanged containers).
-A pass is computed by `ReconcilePlanner`
+after a rule/Node/NodeSLO change and every `full_interval` seconds — by default the executor's cache period
+(`executor.resource_force_update_seconds`, 60 s) or the reconcile interval if longer: a file changed behind
+the agent's back was never corrected sooner than the cache let the rewrite through, so drift is corrected as
+before. A direct `reconcile()` call is full. The interval passes still apply the per-process targets of every
+pod (processes started since in unchanged containers). A pass is computed by `ReconcilePlanner`
 (`reconcile_plan.py`) and carried out by the actuators: cgroup writes through the CgroupExecutor as one
 leveled, cacheable batch (unchanged values are not rewritten; settings missed while the agent or the runtime
 was down converge), and sysctl, oom_score_adj and core-sched cookies through the HostActuator, off the loop.
@@ -54,9 +55,6 @@ log = structlog.get_logger("koordqos.hooks.reconciler")
 STRATEGY = "runtime-hooks"
 YIELD_EVERY_PODS = 20
 YIELD_AFTER_SECONDS = 0.002
-# A full pass at least this often. The executor's cache holds a written value for 60 s (force_update_seconds)
-# anyway, so a full pass more often than that would mostly re-plan what it then skips.
-FULL_PASS_SECONDS = 60.0
 # Write outcomes after which a pod counts as applied; any other (dir vanished, write failed) plans it again.
 SETTLED = frozenset(
     {Outcome.WRITTEN, Outcome.DRY_RUN, Outcome.UNCHANGED, Outcome.CACHED, Outcome.UNSUPPORTED}
@@ -111,7 +109,7 @@ class HookReconciler:
         bus: EventBus | None = None,
         interval: float = 10.0,
         settle: float = 0.5,
-        full_interval: float = FULL_PASS_SECONDS,
+        full_interval: float | None = None,
     ) -> None:
         self.hooks = hooks
         self.layout = layout
@@ -121,7 +119,11 @@ class HookReconciler:
         self.bus = bus
         self.interval = interval
         self.settle = settle
-        self.full_interval = full_interval
+        # the executor skips a value it wrote within force_update_seconds anyway: a full pass more often
+        # than that would re-plan what the executor then skips
+        self.full_interval = (
+            max(interval, executor.force_update_seconds) if full_interval is None else full_interval
+        )
         self._last_full = float("-inf")  # time.monotonic() of the last full pass
         self.planner = ReconcilePlanner(hooks, layout)
         self._wake = asyncio.Event()
