@@ -75,6 +75,9 @@ def make_pods(n: int) -> list[PodInfo]:
     return pods
 
 
+THREAD = False  # --thread: MetricsCollector(read_in_thread=True)
+
+
 async def measure(n: int, rounds: int, version: CgroupVersion, base: Path) -> Result:
     """CPU and wall seconds of `rounds` collector rounds over n pods (after one warm-up round)."""
     node = SyntheticNode(base, version, CgroupDriver.SYSTEMD, cpus=os.cpu_count() or 2)
@@ -90,6 +93,7 @@ async def measure(n: int, rounds: int, version: CgroupVersion, base: Path) -> Re
         store,
         proc_root=node.proc_root,
         topology=read_topology(node.sys_root),
+        read_in_thread=THREAD,
     )
     return await timed_rounds(coll, n, rounds)
 
@@ -144,7 +148,9 @@ async def measure_real(n: int, rounds: int) -> Result:
                 )
             await bus.publish(PodUpserted(pod))
         reader = CgroupReader(layout)
-        coll = MetricsCollector(bus, layout, reader, MetricStore(), topology=read_topology("/sys"))
+        coll = MetricsCollector(
+            bus, layout, reader, MetricStore(), topology=read_topology("/sys"), read_in_thread=THREAD
+        )
         try:
             return await timed_rounds(coll, n, rounds)
         finally:
@@ -159,11 +165,14 @@ def main() -> None:
     ap.add_argument("--version", choices=["v1", "v2"], default="v1")
     ap.add_argument("--real", action="store_true", help="scratch cgroups on the real v1 hierarchy")
     ap.add_argument("--pods", default="50,200,500,1000", help="comma-separated pod counts")
+    ap.add_argument("--thread", action="store_true", help="read the pods' files in a worker thread")
     args = ap.parse_args()
     if args.real and (reason := unavailable_reason()):
         print(f"--real unavailable: {reason}")
         return
     version = CgroupVersion(args.version)
+    global THREAD
+    THREAD = args.thread
     rounds = 5 if args.quick else 30
     runs = 1 if args.quick else args.runs
     tmp_parent = "/dev/shm" if Path("/dev/shm").is_dir() else None
@@ -193,6 +202,7 @@ def main() -> None:
             )
         )
     where = "real cgroup v1 (kernfs) cgroupfs" if args.real else f"synthetic tmpfs cgroup {version} systemd"
+    where += ", reads in a worker thread" if args.thread else ", reads on the loop"
     print(f"metrics collector round, {where}, {machine()}, {runs} runs x {rounds} rounds")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(

@@ -142,6 +142,9 @@ class CPUBurstStrategy:
         # uid → (pod, effective config, capped) of pods without a dynamic policy whose last visit was clean
         self._settled: dict[str, tuple[PodInfo, CPUBurstConfig, bool]] = {}
         self._next_full_pass = float("-inf")
+        # the candidates still to visit each round (dynamic or not yet settled), and the list they came from
+        self._todo: list[tuple[PodInfo, CPUBurstConfig]] = []
+        self._todo_from: list[tuple[PodInfo, CPUBurstConfig]] | None = None
         self.visited = 0  # pods visited in the last round (for tests and the benchmark)
 
     def enabled(self, config: AgentConfig) -> bool:
@@ -245,12 +248,19 @@ class CPUBurstStrategy:
         self._record_node_state(env, node_state, pool, node_cfg.share_pool_threshold_percent)
         static_ok = self._burst_file_supported(env)
         now = env.clock()
-        if now >= self._next_full_pass:
+        full = now >= self._next_full_pass
+        if full:
             self._next_full_pass = now + FULL_PASS_SECONDS
             self._settled.clear()
         self.visited = 0
         since = time.perf_counter()
-        for pod, cfg in candidates:
+        if self._todo_from is not candidates or full:
+            # the pods to look at: dynamic ones always, the others until their visit was clean
+            self._todo = candidates
+            self._todo_from = candidates
+        todo: list[tuple[PodInfo, CPUBurstConfig]] = []
+        capped = self._burst_capped_at_quota
+        for pod, cfg in self._todo:
             dynamic = cfs_quota_burst_enabled(cfg.policy)
             if not dynamic:
                 settled = self._settled.get(pod.uid)
@@ -278,6 +288,10 @@ class CPUBurstStrategy:
                 self._settled[pod.uid] = (pod, cfg, self._burst_capped_at_quota)
             else:
                 self._settled.pop(pod.uid, None)
+                todo.append((pod, cfg))
+        self._todo = todo
+        if capped is not self._burst_capped_at_quota:
+            self._todo_from = None  # bursts are capped from now on: the settled pods need it too
         self.limiters.recycle(now)
         CPU_BURST_SCALED.set(sum(1 for d in report.decisions if d.target > d.base))
 
