@@ -131,11 +131,30 @@ def decode_request(data: bytes) -> ttrpc_pb2.Request:
     return req
 
 
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def bytes_field(number: int, data: bytes) -> bytes:
+    """One length-delimited protobuf field (`bytes`, `string` or a serialized sub-message), as protobuf
+    serializes it: tag, length, data. Replies that are one such field are built with it, which is several
+    times faster than filling a message object to serialize it."""
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
 def encode_response(payload: bytes = b"", code: int = Code.OK, message: str = "") -> bytes:
     """A serialized `Response` envelope; an error carries no payload (the Go client decodes that first)."""
     if code == Code.OK:
-        # an empty success is an empty envelope (the RegisterPlugin reply is a bare 10-byte header)
-        return ttrpc_pb2.Response(payload=payload).SerializeToString() if payload else b""
+        # an empty success is an empty envelope (the RegisterPlugin reply is a bare 10-byte header);
+        # otherwise `Response{payload = 2}`, the only field set
+        return bytes_field(2, payload) if payload else b""
     return ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=code, message=message)).SerializeToString()
 
 
