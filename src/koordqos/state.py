@@ -3,7 +3,7 @@
 The maps of a NodeState are persistent hash maps (`immutables.Map`, a HAMT in C): an upsert or a removal
 builds a new map that shares all but O(log₃₂ n) nodes with the old one, so a state update costs the same
 at 10 containers as at 10,000 (a `dict` copy cost ≈ 74 µs per upsert at 2,500), and every snapshot a
-subscriber holds stays valid and unchanged. `containers_by_sandbox` indexes the containers per sandbox, so
+subscriber holds stays valid and unchanged. `by_sandbox` indexes the containers per sandbox, so
 removing a sandbox touches only its own containers.
 """
 

@@ -28,8 +28,10 @@ from koordqos.events.bus import EventBus
 from koordqos.events.types import (
     Event,
     NRIConnectionChanged,
+    RuntimeContainer,
     RuntimeContainerRemoved,
     RuntimeContainerUpserted,
+    RuntimeSandbox,
     RuntimeSandboxRemoved,
     RuntimeSandboxUpserted,
     RuntimeSynchronized,
@@ -55,7 +57,15 @@ from koordqos.nri.events import (
     runtime_sandbox,
 )
 from koordqos.nri.mask import VALID_EVENTS_LEGACY, parse_event_mask, validate_event_mask
-from koordqos.nri.ttrpc import Code, bytes_field, encode_response
+from koordqos.nri.ttrpc import (
+    WIRE_LEN,
+    WIRE_VARINT,
+    Code,
+    bytes_field,
+    encode_response,
+    next_field,
+    read_varint,
+)
 from koordqos.once import SeenOnce
 from koordqos.state import NodeState
 
@@ -118,6 +128,55 @@ def parse_payload(cls: type[P], payload: bytes, method: str) -> P:
 
 
 _malformed_seen: SeenOnce[str] = SeenOnce()
+
+SLICE_SECONDS = 0.002  # the longest the Synchronize path runs between two yields to the event loop
+BULK_DECODE_BYTES = 128 << 10  # Synchronize chunks up to this size are decoded in one go (≈ 0.5 ms)
+
+
+class SyncChunk:
+    """One Synchronize chunk, decoded in slices: a chunk of a few MB (up to the 4 MiB ttrpc limit: NRI
+    splits larger syncs) costs upb 10–20 ms in one go, so a large one is walked field by field and its
+    pods and containers decoded one by one until a slice's time is up. Malformed input raises
+    MalformedPayload, as `parse_payload` does."""
+
+    __slots__ = ("_data", "_pos", "containers", "more", "pods")
+
+    def __init__(self, payload: bytes) -> None:
+        self._data = payload
+        self._pos = 0
+        self.pods: list[api.PodSandbox] = []
+        self.containers: list[api.Container] = []
+        self.more = False
+
+    def decode(self, until: float) -> bool:
+        """Decode until `until` (perf_counter) passes; True once the whole chunk is decoded."""
+        data = self._data
+        if self._pos == 0 and len(data) <= BULK_DECODE_BYTES:
+            req = parse_payload(api.SynchronizeRequest, data, "Synchronize")
+            self.pods, self.containers, self.more = list(req.pods), list(req.containers), req.more
+            self._pos = len(data)
+            return True
+        pos, end = self._pos, len(data)
+        clock = time.perf_counter
+        try:
+            while pos < end:
+                number, wire, start, stop = next_field(data, pos)
+                if wire == WIRE_LEN and number == 1:
+                    self.pods.append(parse_payload(api.PodSandbox, data[start:stop], "Synchronize"))
+                elif wire == WIRE_LEN and number == 2:
+                    self.containers.append(parse_payload(api.Container, data[start:stop], "Synchronize"))
+                elif wire == WIRE_VARINT and number == 3:
+                    self.more = read_varint(data, start)[0] != 0
+                # any other field: unknown to this schema, skipped (as protobuf keeps it aside)
+                pos = stop
+                if clock() > until:
+                    break
+        except ProtocolError as exc:
+            raise MalformedPayload(
+                f"Synchronize: payload does not parse as SynchronizeRequest: {exc}"
+            ) from None
+        self._pos = pos
+        return pos >= end
 
 
 class PluginSession:
@@ -331,17 +390,19 @@ class PluginSession:
         return api.ConfigureResponse(events=mask).SerializeToString()
 
     async def _synchronize(self, payload: bytes, received: float, timeout_nano: int) -> bytes:
-        req = parse_payload(api.SynchronizeRequest, payload, "Synchronize")
+        chunk = SyncChunk(payload)
+        while not chunk.decode(time.perf_counter() + SLICE_SECONDS):
+            await asyncio.sleep(0)  # a multi-MB chunk is decoded in slices, not in one loop step
         if self._sync_started is None:
             self._sync_started = received  # one request timeout covers the whole chunked exchange
-        self._sync_pods.extend(req.pods)
-        self._sync_containers.extend(req.containers)
-        if req.more:
+        self._sync_pods.extend(chunk.pods)
+        self._sync_containers.extend(chunk.containers)
+        if chunk.more:
             return api.SynchronizeResponse(more=True).SerializeToString()
         started = self._sync_started
         pods, containers = self._sync_pods, self._sync_containers
         self._sync_pods, self._sync_containers, self._sync_started = [], [], None
-        self._replace_state(pods, containers)
+        await self._replace_state(pods, containers)
         event = NRISynchronize(pods=pods, containers=containers, reconnect=self.plugin.syncs > 0)
         # The runtime's timeout_nano already has the time spent on earlier chunks taken off: measured from
         # this chunk then. Without it the first chunk's arrival starts the clock.
@@ -363,15 +424,25 @@ class PluginSession:
         )
         return api.SynchronizeResponse(update=updates, more=False).SerializeToString()
 
-    def _replace_state(self, pods: list[api.PodSandbox], containers: list[api.Container]) -> None:
-        """Make NodeState's runtime view exactly the synchronized one (stale entries from before go)."""
+    async def _replace_state(self, pods: list[api.PodSandbox], containers: list[api.Container]) -> None:
+        """Make NodeState's runtime view exactly the synchronized one (stale entries from before go): the
+        records are built in slices (≈ 10 µs each, thousands of them), then published as one event."""
         uid_of = {p.id: p.uid for p in pods}
-        self._publish(
-            RuntimeSynchronized(
-                tuple(runtime_sandbox(pod) for pod in pods),
-                tuple(runtime_container(ctr, uid_of.get(ctr.pod_sandbox_id, "")) for ctr in containers),
-            )
-        )
+        sandboxes: list[RuntimeSandbox] = []
+        records: list[RuntimeContainer] = []
+        clock = time.perf_counter
+        until = clock() + SLICE_SECONDS
+        for i, pod in enumerate(pods):
+            sandboxes.append(runtime_sandbox(pod))
+            if i % 16 == 15 and clock() > until:
+                await asyncio.sleep(0)
+                until = clock() + SLICE_SECONDS
+        for i, ctr in enumerate(containers):
+            records.append(runtime_container(ctr, uid_of.get(ctr.pod_sandbox_id, "")))
+            if i % 16 == 15 and clock() > until:
+                await asyncio.sleep(0)
+                until = clock() + SLICE_SECONDS
+        self._publish(RuntimeSynchronized(tuple(sandboxes), tuple(records)))
 
     async def _shutdown(self, payload: bytes, received: float, timeout_nano: int) -> bytes:
         log.info("NRI runtime announced shutdown")

@@ -142,6 +142,49 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+WIRE_VARINT, WIRE_I64, WIRE_LEN, WIRE_I32 = 0, 1, 2, 5
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at `pos` and the position after it; ProtocolError when truncated or over 10 bytes."""
+    result = 0
+    shift = 0
+    end = len(data)
+    while pos < end:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            break
+    raise ProtocolError("malformed protobuf varint")
+
+
+def next_field(data: bytes, pos: int) -> tuple[int, int, int, int]:
+    """(field number, wire type, start, end) of the protobuf field at `pos`: `data[start:end]` is the value
+    (the bytes of a length-delimited one, the encoded varint or fixed-size value otherwise) and `end` is
+    where the next field starts. ProtocolError for truncated data and groups (nothing we read has them)."""
+    key, pos = read_varint(data, pos)
+    number, wire = key >> 3, key & 7
+    if number == 0:
+        raise ProtocolError("protobuf field number 0")
+    if wire == WIRE_LEN:
+        length, start = read_varint(data, pos)
+        end = start + length
+    elif wire == WIRE_VARINT:
+        start = pos
+        _, end = read_varint(data, pos)
+    elif wire in (WIRE_I64, WIRE_I32):
+        start, end = pos, pos + (8 if wire == WIRE_I64 else 4)
+    else:
+        raise ProtocolError(f"protobuf wire type {wire} not supported")
+    if end > len(data):
+        raise ProtocolError("truncated protobuf field")
+    return number, wire, start, end
+
+
 def bytes_field(number: int, data: bytes) -> bytes:
     """One length-delimited protobuf field (`bytes`, `string` or a serialized sub-message), as protobuf
     serializes it: tag, length, data. Replies that are one such field are built with it, which is several
