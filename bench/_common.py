@@ -70,7 +70,7 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def two_process_parser(
-    description: str, roles: tuple[str, str], calls: int = 2000
+    description: str, roles: tuple[str, ...], calls: int = 2000
 ) -> argparse.ArgumentParser:
     """`parser` plus `--role` (the measured side first; the other side runs in a child process), `--socket`,
     `--calls`."""

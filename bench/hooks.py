@@ -82,6 +82,21 @@ async def runtime_role(sock: str, calls: int, pods: int, per_pod: int) -> None:
     )
 
 
+def runtime_hooks(node: SyntheticNode) -> RuntimeHooks:
+    """All six runtime hooks over a synthetic node."""
+    gates = dict(DEFAULT_GATES) | dict.fromkeys(ALL_HOOK_GATES, True)
+    hooks = RuntimeHooks(
+        HookOptions(
+            gates=gates,
+            bvt=probe_bvt_system(node.layout, node.proc_root),
+            core_sched_supported=False,
+            core_sched_reason="bench",
+        )
+    )
+    assert sorted(hooks.names) == sorted(ALL_HOOK_GATES), hooks.names
+    return hooks
+
+
 async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
     """One plugin + runtime-process run; returns the figures of this run."""
     tmp = Path(tempfile.mkdtemp(prefix="kqhbench-", dir="/tmp"))
@@ -106,18 +121,8 @@ async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
     try:
         assert (await proc.stdout.readline()).strip() == b"ready"
         bus = EventBus()
-        gates = dict(DEFAULT_GATES) | dict.fromkeys(ALL_HOOK_GATES, True)
-        hooks = RuntimeHooks(
-            HookOptions(
-                gates=gates,
-                bvt=probe_bvt_system(node.layout, node.proc_root),
-                core_sched_supported=False,
-                core_sched_reason="bench",
-            )
-        )
-        assert sorted(hooks.names) == sorted(ALL_HOOK_GATES), hooks.names
         decisions = DecisionLog()
-        core = HookCore(hooks, CgroupExecutor(node.layout, decisions), decisions)
+        core = HookCore(runtime_hooks(node), CgroupExecutor(node.layout, decisions), decisions)
         plugin = NRIPlugin(bus, NRISettings(socket=sock), handler=NRIHooks(core, node.layout))
         plugin.timings = {}
         task = asyncio.create_task(plugin.run())

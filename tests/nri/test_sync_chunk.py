@@ -82,3 +82,23 @@ def test_whatever_the_sliced_decoder_accepts_upb_accepts_the_same(data: st.DataO
         return
     ref = api.SynchronizeRequest.FromString(bytes(payload))
     assert (chunk.pods, chunk.containers, chunk.more) == (list(ref.pods), list(ref.containers), ref.more)
+
+
+def test_update_for_finds_entries_appended_directly_and_keeps_the_first() -> None:
+    from koordqos.nri.events import NRISynchronize
+
+    ev = NRISynchronize()
+    a = ev.update_for("a")
+    assert ev.update_for("a") is a
+    direct = api.ContainerUpdate(container_id="b")
+    ev.updates.append(direct)  # a handler may append to `updates` itself
+    ev.updates.append(api.ContainerUpdate(container_id="b"))  # a later duplicate: the first one wins
+    assert ev.update_for("b") is direct
+    c = ev.update_for("c")
+    assert [u.container_id for u in ev.updates] == ["a", "b", "b", "c"]
+    assert ev.update_for("c") is c
+    many = NRISynchronize()
+    for i in range(3000):  # linear, not quadratic: the index answers
+        many.update_for(f"c{i}").linux.resources.cpu.shares.value = i + 2
+    assert many.update_for("c2999").linux.resources.cpu.shares.value == 3001
+    assert len(many.updates) == 3000

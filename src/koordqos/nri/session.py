@@ -411,7 +411,7 @@ class PluginSession:
         # same error on every reconnect would keep NRI down for good (koordlet answers Synchronize with no
         # error in every case). What the hooks computed is sent; the reconciler covers the rest.
         await self._request(event, since, timeout_nano, policy="Ignore")
-        updates = event.effective_updates()
+        reply, updates = await _sync_reply(event)
         self.plugin.syncs += 1
         self.synced.set()
         self.plugin.set_status("connected")
@@ -419,10 +419,10 @@ class PluginSession:
             "NRI synchronized",
             pods=len(pods),
             containers=len(containers),
-            updates=len(updates),
+            updates=updates,
             reconnect=event.reconnect,
         )
-        return api.SynchronizeResponse(update=updates, more=False).SerializeToString()
+        return reply
 
     async def _replace_state(self, pods: list[api.PodSandbox], containers: list[api.Container]) -> None:
         """Make NodeState's runtime view exactly the synchronized one (stale entries from before go): the
@@ -576,6 +576,21 @@ async def _awaited_call(pending: Coroutine[Any, Any, Call]) -> None:
         await pending
     except (HookError, TimeoutException) as exc:
         raise _ErrorReply(Code.UNKNOWN, str(exc)) from None
+
+
+async def _sync_reply(event: NRISynchronize) -> tuple[bytes, int]:
+    """`SynchronizeResponse{update = effective updates, more = false}` and the number of updates, encoded
+    one update at a time (thousands of them cost tens of ms as one message) with a yield every slice."""
+    parts: list[bytes] = []
+    clock = time.perf_counter
+    until = clock() + SLICE_SECONDS
+    for i, upd in enumerate(event.updates):
+        if i % 16 == 15 and clock() > until:
+            await asyncio.sleep(0)
+            until = clock() + SLICE_SECONDS
+        if upd.container_id and upd.linux.resources.ByteSize() > 0:  # as `effective_updates()`
+            parts.append(bytes_field(1, upd.SerializeToString()))
+    return b"".join(parts), len(parts)  # `more` false: proto3 leaves it out
 
 
 def _create_reply(container_id: str, event: NRICreateContainer) -> bytes:
