@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from _common import (
     median,
     percentile,
     quiet_logs,
+    run,
     table,
     two_process_parser,
 )
@@ -97,7 +99,7 @@ def runtime_hooks(node: SyntheticNode) -> RuntimeHooks:
     return hooks
 
 
-async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
+async def one_run(calls: int, pods: int, per_pod: int, loop: str = "asyncio") -> dict[str, float]:
     """One plugin + runtime-process run; returns the figures of this run."""
     tmp = Path(tempfile.mkdtemp(prefix="kqhbench-", dir="/tmp"))
     sock = tmp / "nri.sock"
@@ -115,6 +117,8 @@ async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
         str(pods),
         "--per-pod",
         str(per_pod),
+        "--loop",
+        loop,
     ]
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE)
     assert proc.stdout is not None
@@ -154,17 +158,18 @@ def main() -> None:
     p.add_argument("--per-pod", type=int, default=2)
     args = p.parse_args()
     if args.role == "runtime":
-        asyncio.run(runtime_role(args.socket, args.calls, args.pods, args.per_pod))
+        run(runtime_role(args.socket, args.calls, args.pods, args.per_pod), args.loop)
         return
     quiet_logs()
     calls = 200 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
-    results = [asyncio.run(one_run(calls, args.pods, args.per_pod)) for _ in range(runs)]
+    results = [run(one_run(calls, args.pods, args.per_pod, args.loop), args.loop) for _ in range(runs)]
     med = {k: median([r[k] for r in results]) for k in results[0]}
     n_ctr = args.pods * args.per_pod
     print(
         f"Runtime hooks benchmark — {machine()}; {calls} CreateContainer calls, all six hooks, "
-        f"median of {runs} run(s)"
+        f"median of {runs} run(s), {args.loop} loop; load average "
+        + " ".join(f"{x:.2f}" for x in os.getloadavg())
     )
     print(
         table(

@@ -34,6 +34,7 @@ from _common import (
     median,
     percentile,
     quiet_logs,
+    run,
     table,
     two_process_parser,
 )
@@ -76,7 +77,7 @@ async def runtime_role(sock: str, calls: int, pods: int, per_pod: int) -> None:
     print(json.dumps({"sync_s": link.sync_seconds, "rtt": rtts, "dropped": dropped}), flush=True)
 
 
-async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
+async def one_run(calls: int, pods: int, per_pod: int, loop: str = "asyncio") -> dict[str, float]:
     """One plugin + runtime-process run; returns the figures of this run."""
     tmp = Path(tempfile.mkdtemp(prefix="kqbench-", dir="/tmp"))
     sock = tmp / "nri.sock"
@@ -93,6 +94,8 @@ async def one_run(calls: int, pods: int, per_pod: int) -> dict[str, float]:
         str(pods),
         "--per-pod",
         str(per_pod),
+        "--loop",
+        loop,
     ]
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE)
     assert proc.stdout is not None
@@ -250,7 +253,7 @@ class StepTimer:
             asyncio.events.Handle._run = self._orig  # type: ignore[method-assign]
 
 
-async def sync_run(pods: int, per_pod: int) -> dict[str, Any]:
+async def sync_run(pods: int, per_pod: int, loop_name: str = "asyncio") -> dict[str, Any]:
     """One plugin (six hooks, local pod source, running bus) + runtime-process run of the sync scenario."""
     from hooks import runtime_hooks  # the same six-hook set as bench/hooks.py
     from koordqos.cgroups.executor import CgroupExecutor
@@ -265,7 +268,7 @@ async def sync_run(pods: int, per_pod: int) -> dict[str, Any]:
     sock = tmp / "nri.sock"
     node = SyntheticNode(tmp / "node", extensions=("cpu.bvt_warp_ns", "cpu.idle"))
     cmd = [sys.executable, __file__, "--role", "sync-runtime", "--socket", str(sock)]
-    cmd += ["--sync-pods", str(pods), "--sync-per-pod", str(per_pod)]
+    cmd += ["--sync-pods", str(pods), "--sync-per-pod", str(per_pod), "--loop", loop_name]
     steps = StepTimer()
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE)
     assert proc.stdout is not None
@@ -326,14 +329,14 @@ async def sync_run(pods: int, per_pod: int) -> dict[str, Any]:
 
 def sync_main(args: Any) -> None:
     runs = 1 if args.quick else args.runs
-    results = [asyncio.run(sync_run(args.sync_pods, args.sync_per_pod)) for _ in range(runs)]
+    results = [run(sync_run(args.sync_pods, args.sync_per_pod, args.loop), args.loop) for _ in range(runs)]
     med = {k: median([r[k] for r in results]) for k in results[0] if k != "what"}
     n = args.sync_pods * args.sync_per_pod
     load = os.getloadavg()
     print(
         f"NRI after a large Synchronize — {machine()}; {args.sync_pods} pods / {n} containers "
         f"({med['mb']:.1f} MB in {med['chunks']:.0f} chunk(s)), six hooks + local pod source; median of "
-        f"{runs} run(s); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+        f"{runs} run(s), {args.loop} loop; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
     print(
         table(
@@ -388,10 +391,10 @@ def main() -> None:
     p.add_argument("--sync-per-pod", type=int, default=50)
     args = p.parse_args()
     if args.role == "runtime":
-        asyncio.run(runtime_role(args.socket, args.calls, args.pods, args.per_pod))
+        run(runtime_role(args.socket, args.calls, args.pods, args.per_pod), args.loop)
         return
     if args.role == "sync-runtime":
-        asyncio.run(sync_runtime_role(args.socket, args.sync_pods, args.sync_per_pod))
+        run(sync_runtime_role(args.socket, args.sync_pods, args.sync_per_pod), args.loop)
         return
     quiet_logs()
     if args.scenario in ("sync", "all"):
@@ -400,10 +403,14 @@ def main() -> None:
         return
     calls = 200 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
-    results = [asyncio.run(one_run(calls, args.pods, args.per_pod)) for _ in range(runs)]
+    results = [run(one_run(calls, args.pods, args.per_pod, args.loop), args.loop) for _ in range(runs)]
     med = {k: median([r[k] for r in results]) for k in results[0]}
     n_ctr = args.pods * args.per_pod
-    print(f"NRI benchmark — {machine()}; {calls} CreateContainer calls, median of {runs} run(s)")
+    load = os.getloadavg()
+    print(
+        f"NRI benchmark — {machine()}; {calls} CreateContainer calls, median of {runs} run(s), {args.loop} "
+        f"loop; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     print(
         table(
             [
