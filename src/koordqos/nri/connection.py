@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import structlog
 
@@ -91,8 +92,8 @@ class NRIConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Store the transport."""
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport (uvloop's do not subclass asyncio.Transport, hence no isinstance check)
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         """Demultiplex and decode; drop the connection on any protocol violation."""
