@@ -191,12 +191,25 @@ class HostAppContext:
 HookContext = PodContext | ContainerContext
 
 
+# id(pod) -> (pod, its batch resources): PodInfo is immutable, and every container call of a pod asks again
+# (building the spec walks all of the pod's containers)
+_EXTENDED_OF_POD: dict[int, tuple[PodInfo, ExtendedResourceSpec | None]] = {}
+_EXTENDED_CACHE_SIZE = 4096
+
+
 def pod_extended(pod: PodInfo) -> ExtendedResourceSpec | None:
     """Batch resources of a pod: the spec first, else the extended-resource-spec annotation.
 
     Raises ExtendedResourceSpecError when only a malformed annotation is there.
     """
-    return extended_from_pod_spec(pod) or extended_from_annotation(pod.annotations)
+    hit = _EXTENDED_OF_POD.get(id(pod))
+    if hit is not None and hit[0] is pod:
+        return hit[1]
+    ext = extended_from_pod_spec(pod) or extended_from_annotation(pod.annotations)
+    if len(_EXTENDED_OF_POD) >= _EXTENDED_CACHE_SIZE:
+        _EXTENDED_OF_POD.clear()  # the cache holds the pods alive: bounded, rebuilt from the pods in use
+    _EXTENDED_OF_POD[id(pod)] = (pod, ext)
+    return ext
 
 
 def extended_for(
