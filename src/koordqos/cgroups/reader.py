@@ -134,6 +134,7 @@ class CgroupReader:
         key = (subsystem, rel)
         d = self._dirs.get(key)
         if d is None:
+            self.layout.check_dir(rel, subsystem)  # advisory until the reads open beneath the root
             d = str(self.layout.subsystem_dir(rel, subsystem))
             if len(self._dirs) > 65536:
                 self._dirs.clear()
@@ -295,6 +296,7 @@ def read_procs(layout: CgroupLayout, rel: str) -> list[int] | None:
     Blocking (a file read per dir): callers with many dirs run it in a worker thread.
     """
     try:
+        layout.check_dir(rel, "cpu")  # advisory until the read opens beneath the root
         path = layout.subsystem_dir(rel, "cpu") / "cgroup.procs"
         fd = os.open(path, _READ_FLAGS)
     except (OSError, CgroupError):

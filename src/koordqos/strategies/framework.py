@@ -9,7 +9,6 @@ logged, counted and skipped; the strategy runs again at its next interval.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -160,27 +159,23 @@ class StrategyEnv:
     def be_cpuset_dirs(self, max_depth: int = 2) -> list[BEDir]:
         """The besteffort dir and its sub-dirs down to `max_depth`, in walk order (sorted, pre-order)."""
         root = self.be_dir()
+        layout = self.layout
         try:
-            base = self.layout.subsystem_dir(root, "cpuset")
+            if not layout.subsystem_dir(root, "cpuset").is_dir():
+                return []
         except CgroupError:
-            return []
-        if not base.is_dir():
             return []
         out: list[BEDir] = [BEDir(root, 0)]
 
-        def walk(abs_dir: str, rel: str, depth: int) -> None:
+        def walk(rel: str, depth: int) -> None:
             if depth > max_depth:
                 return
-            try:
-                entries = sorted(e.name for e in os.scandir(abs_dir) if e.is_dir(follow_symlinks=False))
-            except OSError:
-                return
-            for name in entries:
+            for name in layout.list_subdirs(rel, "cpuset"):  # beneath the root: no symlink followed
                 child_rel = f"{rel}/{name}"
                 out.append(BEDir(child_rel, depth))
-                walk(os.path.join(abs_dir, name), child_rel, depth + 1)
+                walk(child_rel, depth + 1)
 
-        walk(str(base), root, 1)
+        walk(root, 1)
         return out
 
     def be_quota(self) -> int | None:
