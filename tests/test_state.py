@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from koordqos.events.types import (
     MetricTick,
     NodeSLOUpdated,
@@ -73,3 +75,112 @@ def test_runtime_synchronized_replaces_the_runtime_view_in_one_step() -> None:
     assert set(s2.containers) == {"c1", "c2", "c3"}
     assert s2.generation == s.generation + 1
     assert "stale" in s.sandboxes  # the previous snapshot is untouched
+
+
+# -- the persistent maps: property tests against a plain-dict model of the old reducer -----------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from immutables import Map  # noqa: E402
+
+from koordqos.events.types import Event, RuntimeContainerRemoved, RuntimeSynchronized  # noqa: E402
+
+_IDS = st.sampled_from([f"c{i}" for i in range(12)])
+_SBS = st.sampled_from([f"sb{i}" for i in range(4)])
+_container = st.builds(
+    RuntimeContainer, id=_IDS, sandbox_id=_SBS, pod_uid=st.just("u"), name=st.sampled_from(["a", "b"])
+)
+_sandbox = st.builds(RuntimeSandbox, id=_SBS, uid=st.just("u"), name=st.just("p"), namespace=st.just("ns"))
+_event: st.SearchStrategy[Event] = st.one_of(
+    st.builds(RuntimeContainerUpserted, _container),
+    st.builds(RuntimeContainerRemoved, _IDS),
+    st.builds(RuntimeSandboxUpserted, _sandbox),
+    st.builds(RuntimeSandboxRemoved, _SBS),
+    st.builds(PodUpserted, st.builds(PodInfo, uid=st.sampled_from(["u1", "u2", "u3"]))),
+    st.builds(PodDeleted, st.sampled_from(["u1", "u2", "u9"])),
+    st.builds(
+        RuntimeSynchronized,
+        st.lists(_sandbox, max_size=3).map(tuple),
+        st.lists(_container, max_size=6).map(tuple),
+    ),
+)
+
+
+def _model(
+    model: tuple[dict[str, PodInfo], dict[str, RuntimeSandbox], dict[str, RuntimeContainer]], event: Event
+) -> None:
+    """The reducer's semantics on plain dicts (what NodeState did before its maps were persistent)."""
+    pods, sandboxes, containers = model
+    match event:
+        case RuntimeContainerUpserted(container=c):
+            containers[c.id] = c
+        case RuntimeContainerRemoved(id=cid):
+            containers.pop(cid, None)
+        case RuntimeSandboxUpserted(sandbox=sb):
+            sandboxes[sb.id] = sb
+        case RuntimeSandboxRemoved(id=sid):
+            sandboxes.pop(sid, None)
+            for cid in [k for k, c in containers.items() if c.sandbox_id == sid]:
+                del containers[cid]
+        case PodUpserted(pod=p):
+            pods[p.uid] = p
+        case PodDeleted(uid=uid):
+            pods.pop(uid, None)
+        case RuntimeSynchronized(sandboxes=sbs, containers=ctrs):
+            sandboxes.clear()
+            sandboxes.update({s.id: s for s in sbs})
+            containers.clear()
+            containers.update({c.id: c for c in ctrs})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_event, max_size=40))
+def test_persistent_maps_behave_like_dicts_and_keep_every_snapshot(events: list[Event]) -> None:
+    model: tuple[dict[str, PodInfo], dict[str, RuntimeSandbox], dict[str, RuntimeContainer]] = ({}, {}, {})
+    history: list[tuple[NodeState, dict[str, RuntimeContainer], dict[str, RuntimeSandbox]]] = []
+    s = NodeState()
+    for ev in events:
+        s = reduce(s, ev)
+        _model(model, ev)
+        pods, sandboxes, containers = model
+        assert dict(s.pods) == pods
+        assert dict(s.sandboxes) == sandboxes
+        assert dict(s.containers) == containers
+        # the per-sandbox index agrees with a scan, for every sandbox id (also unknown ones)
+        for sid in ("sb0", "sb1", "sb2", "sb3", "none"):
+            want = {k: c for k, c in containers.items() if c.sandbox_id == sid}
+            assert dict(s.containers_of(sid)) == want
+        index = s.by_sandbox if s.by_sandbox is not None else Map()  # None: not needed yet
+        assert all(group for group in index.values())  # no empty groups kept
+        history.append((s, dict(containers), dict(sandboxes)))
+    for snap, containers, sandboxes in history:  # every older snapshot is exactly as it was
+        assert dict(snap.containers) == containers
+        assert dict(snap.sandboxes) == sandboxes
+
+
+def test_states_built_from_plain_mappings_are_reduced_like_persistent_ones() -> None:
+    c1 = RuntimeContainer("c1", "sb", "u", "a")
+    c2 = RuntimeContainer("c2", "sb2", "u", "a")
+    s = NodeState(containers=MappingProxyType({"c1": c1, "c2": c2}), pods={"p": PodInfo(uid="p")})
+    assert dict(s.containers_of("sb")) == {"c1": c1}  # without the index: a scan
+    s2 = reduce(s, RuntimeSandboxRemoved("sb"))
+    assert dict(s2.containers) == {"c2": c2}
+    assert isinstance(s2.containers, Map)
+    s3 = reduce(s2, PodDeleted("p"))
+    assert dict(s3.pods) == {}
+    assert dict(s.pods) == {"p": PodInfo(uid="p")}
+
+
+def test_a_container_that_moves_to_another_sandbox_leaves_the_old_group() -> None:
+    s = reduce(NodeState(), RuntimeContainerUpserted(RuntimeContainer("c", "sb1", "u", "a")))
+    s = reduce(s, RuntimeContainerUpserted(RuntimeContainer("c", "sb2", "u", "a")))
+    assert dict(s.containers_of("sb1")) == {}
+    assert set(s.containers_of("sb2")) == {"c"}
+    s = reduce(s, RuntimeSandboxRemoved("sb1"))
+    assert set(s.containers) == {"c"}
+
+
+def test_removing_something_unknown_still_counts_a_generation() -> None:
+    s = NodeState()
+    assert reduce(s, RuntimeContainerRemoved("nope")).generation == 1
+    assert reduce(s, RuntimeSandboxRemoved("nope")).generation == 1

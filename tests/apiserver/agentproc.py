@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from koordqos.testing.agentproc import agent_argv, agent_env, free_port
 from koordqos.testing.nodefs import SyntheticNode
 
-from .controlplane import ControlPlane, free_port
+from .controlplane import ControlPlane
 from .kubeobjects import eventually
 
 
@@ -89,12 +88,8 @@ def running_agent(
     """
     kubeconfig = cp.write_kubeconfig(workdir / "agent-kubeconfig", token or cp.agent_token, server)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
-    cmd = [
-        sys.executable,
-        "-m",
-        "koordqos",
-        "run",
+    env = agent_env()
+    cmd = agent_argv(
         f"--kubeconfig={kubeconfig}",
         f"--node-name={node_name}",
         f"--cgroup-root={node.cgroup_root}",
@@ -105,7 +100,7 @@ def running_agent(
         "--debug-endpoints",
         "--log-format=json",
         *extra,
-    ]
+    )
     log = workdir / "agent.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

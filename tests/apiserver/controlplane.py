@@ -19,7 +19,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -30,6 +29,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from koordqos.testing.agentproc import free_port
 
 HERE = Path(__file__).resolve().parent
 GO_DIR = HERE / "go"
@@ -168,13 +169,6 @@ def build(target: Target, log_dir: Path, timeout: float = BUILD_TIMEOUT_SECONDS)
 def build_binaries(log_dir: Path) -> dict[str, BuildResult]:
     """etcd and kube-apiserver, built or from the cache."""
     return {t.name: build(t, log_dir) for t in (ETCD, KUBE_APISERVER)}
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ApiError(Exception):

@@ -3,45 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
-import sys
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from koordqos.model.pod import parse_pod
+from koordqos.testing.agentproc import agent_env, cluster_agent_argv, free_port, wait_ready
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_pod
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
-from koordqos.testing.poll import wait_until
 
 pytestmark = pytest.mark.e2e
 NODE = "e2e-node"
 GI = 1 << 30
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def wait_ready(port: int, timeout: float) -> None:
-    """Wait until the agent (a subprocess) answers /readyz with 200."""
-    async with aiohttp.ClientSession() as http:
-
-        async def answers_ready() -> bool:
-            try:
-                async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
-                    return resp.status == 200
-            except aiohttp.ClientError:
-                return False
-
-        await wait_until(answers_ready, timeout=timeout, interval=0.05, message="the agent to become ready")
 
 
 async def test_be_pod_from_the_api_gets_batch_limits_over_nri(tmp_path: Path) -> None:
@@ -65,25 +41,9 @@ async def test_be_pod_from_the_api_gets_batch_limits_over_nri(tmp_path: Path) ->
     runtime = MockRuntime(tmp_path / "nri.sock")
     await runtime.start()
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
-    cmd = [
-        sys.executable,
-        "-m",
-        "koordqos",
-        "run",
-        "--kubeconfig",
-        str(api.write_kubeconfig(tmp_path / "kc")),
-        "--node-name",
-        NODE,
-        *node.root_flags(),
-        "--nri-socket",
-        str(tmp_path / "nri.sock"),
-        "--http-addr",
-        f"127.0.0.1:{port}",
-        "--log-format",
-        "json",
-    ]
-    proc = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=asyncio.subprocess.PIPE)
+    kubeconfig = api.write_kubeconfig(tmp_path / "kc")
+    cmd = cluster_agent_argv(kubeconfig, NODE, node, port, "--nri-socket", str(tmp_path / "nri.sock"))
+    proc = await asyncio.create_subprocess_exec(*cmd, env=agent_env(), stderr=asyncio.subprocess.PIPE)
     try:
         await runtime.wait_joined(timeout=30)
         await wait_ready(port, 30)

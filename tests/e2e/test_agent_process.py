@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from koordqos.testing.poll import wait_until
+from koordqos.testing.agentproc import agent_argv, agent_env, free_port, wait_for_http
 
 pytestmark = pytest.mark.e2e
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def synthetic_root(tmp: Path) -> dict[str, Path]:
@@ -41,31 +32,11 @@ def synthetic_root(tmp: Path) -> dict[str, Path]:
     return {"proc": proc, "cgroup": cg, "sys": sys_root}
 
 
-async def wait_for_http(url: str, status: int, timeout: float) -> None:
-    """Wait until `url` answers with `status` (the agent is a subprocess: poll its HTTP server)."""
-    async with aiohttp.ClientSession() as session:
-
-        async def answers() -> bool:
-            try:
-                async with session.get(url) as resp:
-                    await resp.read()
-                    return resp.status == status
-            except aiohttp.ClientError:
-                return False
-
-        await wait_until(answers, timeout=timeout, interval=0.05, message=f"{url} to answer {status}")
-
-
 async def test_local_mode_agent_serves_ready_metrics_and_stops_on_sigterm(tmp_path: Path) -> None:
     roots = synthetic_root(tmp_path)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
-    env["HOME"] = str(tmp_path)  # no ~/.kube/config: local mode
-    cmd = [
-        sys.executable,
-        "-m",
-        "koordqos",
-        "run",
+    env = agent_env(home=tmp_path)  # no ~/.kube/config: local mode
+    cmd = agent_argv(
         "--http-addr",
         f"127.0.0.1:{port}",
         "--cgroup-root",
@@ -81,7 +52,7 @@ async def test_local_mode_agent_serves_ready_metrics_and_stops_on_sigterm(tmp_pa
         "--debug-endpoints",
         "--log-format",
         "json",
-    ]
+    )
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         await wait_for_http(f"http://127.0.0.1:{port}/readyz", 200, timeout=30)

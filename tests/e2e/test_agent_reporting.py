@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,11 +17,10 @@ import pytest
 
 from koordqos.model.pod import parse_pod
 from koordqos.model.quantity import to_int, to_milli
+from koordqos.testing.agentproc import agent_env, cluster_agent_argv, free_port, wait_ready
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_pod
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
-
-from .test_agent_cluster_nri import free_port, wait_ready
 
 pytestmark = pytest.mark.e2e
 NODE = "report-node"
@@ -86,25 +83,9 @@ async def test_agent_reports_known_rates(tmp_path: Path) -> None:
     stop = asyncio.Event()
     ticker = asyncio.create_task(advance(node, dirs, stop))
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
-    cmd = [
-        sys.executable,
-        "-m",
-        "koordqos",
-        "run",
-        "--kubeconfig",
-        str(api.write_kubeconfig(tmp_path / "kc")),
-        "--node-name",
-        NODE,
-        *node.root_flags(),
-        "--enable-nri=false",
-        "--http-addr",
-        f"127.0.0.1:{port}",
-        "--debug-endpoints",
-        "--log-format",
-        "json",
-    ]
-    proc = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=asyncio.subprocess.DEVNULL)
+    kubeconfig = api.write_kubeconfig(tmp_path / "kc")
+    cmd = cluster_agent_argv(kubeconfig, NODE, node, port, "--enable-nri=false", "--debug-endpoints")
+    proc = await asyncio.create_subprocess_exec(*cmd, env=agent_env(), stderr=asyncio.subprocess.DEVNULL)
     try:
         await wait_ready(port, 60)
 
@@ -174,24 +155,9 @@ async def test_no_status_while_the_node_window_is_empty(tmp_path: Path) -> None:
     api.upsert("nodes", make_node(NODE))
     api.upsert("nodemetrics", make_nodemetric(NODE, {"metricCollectPolicy": {"reportIntervalSeconds": 30}}))
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
-    cmd = [
-        sys.executable,
-        "-m",
-        "koordqos",
-        "run",
-        "--kubeconfig",
-        str(api.write_kubeconfig(tmp_path / "kc")),
-        "--node-name",
-        NODE,
-        *node.root_flags(),
-        "--enable-nri=false",
-        "--http-addr",
-        f"127.0.0.1:{port}",
-        "--log-format",
-        "json",
-    ]
-    proc = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=asyncio.subprocess.DEVNULL)
+    kubeconfig = api.write_kubeconfig(tmp_path / "kc")
+    cmd = cluster_agent_argv(kubeconfig, NODE, node, port, "--enable-nri=false")
+    proc = await asyncio.create_subprocess_exec(*cmd, env=agent_env(), stderr=asyncio.subprocess.DEVNULL)
     try:
         await wait_ready(port, 60)
         async with aiohttp.ClientSession() as http:
@@ -222,26 +188,12 @@ async def test_standalone_refused_when_a_nodemetric_exists(tmp_path: Path) -> No
     await api.start()
     api.upsert("nodes", make_node(NODE))
     api.upsert("nodemetrics", make_nodemetric(NODE))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
-    cmd = [
-        sys.executable,
-        "-m",
-        "koordqos",
-        "run",
-        "--kubeconfig",
-        str(api.write_kubeconfig(tmp_path / "kc")),
-        "--node-name",
-        NODE,
-        *node.root_flags(),
-        "--enable-nri=false",
-        "--http-addr",
-        f"127.0.0.1:{free_port()}",
-        "--log-format",
-        "json",
-        "--batch-resource-source=agent",
-    ]
+    kubeconfig = api.write_kubeconfig(tmp_path / "kc")
+    cmd = cluster_agent_argv(
+        kubeconfig, NODE, node, free_port(), "--enable-nri=false", "--batch-resource-source=agent"
+    )
     proc = await asyncio.create_subprocess_exec(
-        *cmd, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        *cmd, env=agent_env(), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
     )
     try:
         _, err = await asyncio.wait_for(proc.communicate(), 60)

@@ -4,43 +4,26 @@ the problem and no traceback, or (a controller missing) stays up but unready wit
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from koordqos.testing.agentproc import agent_argv, agent_env, free_port
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
 
 pytestmark = pytest.mark.e2e
 
 
-def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
-    env["HOME"] = str(tmp)  # local mode
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _argv(node: SyntheticNode | None, tmp: Path, port: int, **roots: Path) -> list[str]:
     cgroup = roots.get("cgroup", node.cgroup_root if node else tmp / "cg")
     proc = roots.get("proc", node.proc_root if node else tmp / "proc")
     sys_root = roots.get("sys", node.sys_root if node else tmp / "sys")
-    return [
-        sys.executable,
-        "-m",
-        "koordqos",
-        "run",
+    return agent_argv(
         "--cgroup-root",
         str(cgroup),
         "--proc-root",
@@ -53,14 +36,16 @@ def _argv(node: SyntheticNode | None, tmp: Path, port: int, **roots: Path) -> li
         f"127.0.0.1:{port}",
         "--log-format",
         "json",
-    ]
+    )
 
 
 def _one_line_exit(
     argv: list[str], tmp: Path, needle: str, code: int = 2, within: float = 20.0, only_line: bool = True
 ) -> None:
     started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_env(tmp), check=False)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, env=agent_env(home=tmp), check=False
+    )
     took = time.monotonic() - started
     assert proc.returncode == code, (proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
@@ -78,7 +63,7 @@ def _one_line_exit(
 def test_a_missing_root_exits_2_naming_the_path(tmp_path: Path, which: str) -> None:
     node = SyntheticNode(tmp_path / "node")
     missing = tmp_path / "does-not-exist"
-    argv = _argv(node, tmp_path, _free_port(), **{which: missing})
+    argv = _argv(node, tmp_path, free_port(), **{which: missing})
     _one_line_exit(argv, tmp_path, f"--{which}-root {missing}: does not exist")
 
 
@@ -87,7 +72,7 @@ def test_a_cgroup_root_without_a_hierarchy_exits_2(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     _one_line_exit(
-        _argv(node, tmp_path, _free_port(), cgroup=empty), tmp_path, f"--cgroup-root {empty}: no cgroup"
+        _argv(node, tmp_path, free_port(), cgroup=empty), tmp_path, f"--cgroup-root {empty}: no cgroup"
     )
 
 
@@ -109,9 +94,11 @@ async def test_a_missing_controller_keeps_readyz_503_with_the_reason(tmp_path: P
         import shutil
 
         shutil.rmtree(node.cgroup_root / sub)
-    port = _free_port()
+    port = free_port()
     argv = [*_argv(node, tmp_path, port), "--feature-gates", "BEMemoryEvict=true"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(tmp_path))
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=agent_env(home=tmp_path)
+    )
     try:
         body: dict[str, object] = {}
         async with aiohttp.ClientSession() as session:

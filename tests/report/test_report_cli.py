@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 
 from koordqos.model.pod import parse_pod
+from koordqos.testing.agentproc import agent_env
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_pod
 from koordqos.testing.nodefs import GiB, SyntheticNode
 
@@ -21,14 +21,12 @@ NODE = "node-a"
 
 
 async def run_cli(args: list[str], home: Path, timeout: float = 60.0) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
-    env["HOME"] = str(home)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "koordqos",
         *args,
-        env=env,
+        env=agent_env(home=home),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
