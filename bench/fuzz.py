@@ -109,6 +109,9 @@ async def _valid_session(t: FuzzTarget) -> dict[str, Any]:
     assert t.channel is not None
     batch = next(p for p in t.scenario.pods if p.name == "batch-job")
     worker = next(c for c in t.scenario.containers if c.pod_sandbox_id == batch.id)
+    # the mutated requests may have re-announced this sandbox id with other labels (a runtime's word is
+    # taken): a valid session starts the pod again, as a runtime would, then creates its container
+    await t.runtime.run_pod_sandbox(batch)
     resp = await t.runtime.create_container(batch, worker)
     res = resp.adjust.linux.resources if resp is not None else api.LinuxResources()
     nri_ok = res.cpu.shares.value == 1024 and res.memory.limit.value == 2 << 30
