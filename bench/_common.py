@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
 import platform
 import statistics
+import time
 from collections.abc import Sequence
 
 #: The six runtime hooks, all switched on by the hook benchmarks (NRI and proxy mode alike).
@@ -86,3 +88,36 @@ def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+class LongestStep:
+    """A probe task that yields in a loop and records the longest time another task held the loop.
+
+    `longest` is wall time between two wake-ups of the probe (includes being descheduled on a loaded
+    machine); `longest_cpu` is the loop thread's CPU time in the same gap (`time.thread_time`), which bounds
+    the CPU of one synchronous step and does not grow with the load.
+    """
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self.longest_cpu = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _spin(self) -> None:
+        while True:
+            t, c = time.perf_counter(), time.thread_time()
+            await asyncio.sleep(0)
+            self.longest = max(self.longest, time.perf_counter() - t)
+            self.longest_cpu = max(self.longest_cpu, time.thread_time() - c)
+
+    def reset(self) -> None:
+        """Forget what was seen so far (after a warm-up)."""
+        self.longest = self.longest_cpu = 0.0
+
+    def __enter__(self) -> LongestStep:
+        self._task = asyncio.get_running_loop().create_task(self._spin())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()

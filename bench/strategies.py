@@ -11,7 +11,10 @@ a node with every kernel file they write (Anolis memcg knobs, resctrl with L3 CA
 sysctls) and a NodeSLO enabling all of them for LS and BE: the first round writes everything, then the
 steady state is measured (CPU time per round, and the files written in it: it must be none).
 
-    python bench/strategies.py [--quick] [--pods N]
+    python bench/strategies.py [--quick] [--pods N] [--suppress-pods 200,1000] [--skip-reconcile]
+
+The CPU suppress steady-state table also reports the writes each round planned (handed to the executor),
+the files actually written, and the longest loop step (bench/_common.py LongestStep) at 200 and 1,000 pods.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import statistics
 import tempfile
 import time
@@ -26,6 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from _common import LongestStep
 from koordqos.cgroups import CgroupExecutor, CgroupReader
 from koordqos.config import build_config
 from koordqos.decisions import DecisionLog
@@ -151,6 +156,37 @@ def build(base: Path, n_pods: int, policy: str) -> tuple[NodeState, StrategyEnv]
     return state, env
 
 
+async def suppress_rounds(
+    strategy: CPUSuppressStrategy, state: NodeState, env: StrategyEnv, rounds: int
+) -> tuple[float, float, float, int, float, float]:
+    """CPU suppress steady state: (median wall ms, median CPU ms, writes planned per round (median), files
+    written in all rounds, longest loop step wall ms, longest loop step loop-CPU ms), after two settling
+    rounds (the first writes the suppressed cpusets/quota)."""
+    await strategy.run_once(state, env)
+    await strategy.run_once(state, env)
+    gc.collect()
+    gc.freeze()
+    before = env.executor.file_writes
+    walls, cpus, planned = [], [], []
+    with LongestStep() as probe:
+        await asyncio.sleep(0)
+        for _ in range(rounds):
+            t0, c0 = time.perf_counter(), time.process_time()
+            await strategy.run_once(state, env)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+            planned.append(len(strategy.last_plan.writes) if strategy.last_plan is not None else 0)
+    gc.unfreeze()
+    return (
+        statistics.median(walls) * 1000,
+        statistics.median(cpus) * 1000,
+        statistics.median(planned),
+        env.executor.file_writes - before,
+        probe.longest * 1000,
+        probe.longest_cpu * 1000,
+    )
+
+
 async def time_rounds(strategy: Any, state: NodeState, env: StrategyEnv, rounds: int) -> float:
     """Median wall time of one round (ms) over `rounds` rounds after one warm-up round."""
     await strategy.run_once(state, env)
@@ -265,28 +301,6 @@ def files_written(env: StrategyEnv) -> int:
     return int(env.executor.file_writes) + host_writes
 
 
-class LongestStep:
-    """A task that yields in a loop and records the longest time another task held the loop."""
-
-    def __init__(self) -> None:
-        self.longest = 0.0
-        self._task: asyncio.Task[None] | None = None
-
-    async def _spin(self) -> None:
-        while True:
-            t = time.perf_counter()
-            await asyncio.sleep(0)
-            self.longest = max(self.longest, time.perf_counter() - t)
-
-    def __enter__(self) -> LongestStep:
-        self._task = asyncio.get_running_loop().create_task(self._spin())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-
-
 async def reconcile_rounds(
     strategy: Any, state: NodeState, env: StrategyEnv, rounds: int
 ) -> tuple[float, float, float, int]:
@@ -317,7 +331,12 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="few rounds (smoke run)")
     ap.add_argument("--pods", type=int, default=200)
+    ap.add_argument(
+        "--suppress-pods", default="200,1000", help="pod counts of the CPU suppress steady-state table"
+    )
+    ap.add_argument("--skip-reconcile", action="store_true", help="only the QoS strategy tables")
     args = ap.parse_args()
+    args.suppress_pods = [int(x) for x in args.suppress_pods.split(",") if x]
     rounds = 5 if args.quick else 50
     import logging
 
@@ -325,15 +344,21 @@ async def main() -> None:
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     results: dict[str, float] = {}
+    suppress: dict[tuple[str, int], tuple[float, float, float, int, float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for policy in ("cfsQuota", "cpuset"):
-            state, env = build(Path(tmp) / policy, args.pods, policy)
-            results[f"CPUSuppress ({policy})"] = await time_rounds(CPUSuppressStrategy(), state, env, rounds)
+        for n in sorted({args.pods, *args.suppress_pods}):
+            for policy in ("cfsQuota", "cpuset"):
+                state, env = build(Path(tmp) / f"{policy}-{n}", n, policy)
+                suppress[(policy, n)] = await suppress_rounds(CPUSuppressStrategy(), state, env, rounds)
+                if n == args.pods:
+                    results[f"CPUSuppress ({policy})"] = suppress[(policy, n)][0]
+        state, env = build(Path(tmp) / "evict", args.pods, "cpuset")
         evict_cpu = CPUEvictStrategy(clock=lambda: 1e9)
         evict_cpu.last_evict = float("-inf")
         results["CPUEvict (3 triggers)"] = await time_rounds(evict_cpu, state, env, rounds)
         results["MemoryEvict (3 features)"] = await time_rounds(MemoryEvictStrategy(), state, env, rounds)
-    print(f"QoS strategy round cost, {args.pods} pods, {CPUS} CPUs (median of {rounds} rounds)")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"QoS strategy round cost, {args.pods} pods, {CPUS} CPUs (median of {rounds} rounds); load {load}")
     print(f"{'strategy':<28} {'ms/round':>10}")
     for name, ms in results.items():
         print(f"{name:<28} {ms:>10.2f}")
@@ -343,7 +368,20 @@ async def main() -> None:
         + results["MemoryEvict (3 features)"]
     )
     print(f"{'all enabled (cpuset)':<28} {total:>10.2f}")
+    print()
+    print(f"CPUSuppress steady state (median of {rounds} rounds after 2 settling rounds)")
+    print(
+        f"{'policy':<10} {'pods':>6} {'wall ms':>9} {'CPU ms':>8} {'planned writes':>15} "
+        f"{'files written':>14} {'longest step ms':>16} {'step loop-CPU ms':>17}"
+    )
+    for (policy, n), (wall, cpu, planned, written, step, step_cpu) in suppress.items():
+        print(
+            f"{policy:<10} {n:>6} {wall:>9.2f} {cpu:>8.2f} {planned:>15.0f} {written:>14} "
+            f"{step:>16.2f} {step_cpu:>17.2f}"
+        )
 
+    if args.skip_reconcile:
+        return
     reconcile: dict[str, tuple[float, float, float, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, factory in (

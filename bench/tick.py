@@ -1,10 +1,13 @@
-"""Benchmark: one metrics-collector round for 50 / 200 / 500 synthetic pods (CPU time and wall time).
+"""Benchmark: one metrics-collector round for 50 / 200 / 500 / 1,000 pods (CPU time, wall time, longest step).
 
 Each pod has two started containers (half BE, half LS/Burstable); the synthetic cgroup tree lives on tmpfs
 (/dev/shm when present), the closest stand-in for kernfs. A round = read /proc, every pod and container
 cgroup, the BE aggregate, store the samples, publish the MetricTick. Budget: a 200-pod round <= 20 ms CPU.
 
-    python bench/tick.py [--quick] [--runs N] [--version v1|v2] [--real]
+    python bench/tick.py [--quick] [--runs N] [--version v1|v2] [--real] [--pods 50,200,500,1000]
+
+The longest loop step is measured by a probe task that yields in a loop (bench/_common.py LongestStep): wall
+time between its wake-ups, and the loop thread's CPU time in that gap (what a step costs, whatever the load).
 
 --real builds the pods as scratch cgroups on this machine's cgroup v1 hierarchy (root needed; removed
 afterwards), so the reads hit kernfs instead of tmpfs.
@@ -13,12 +16,14 @@ afterwards), so the reads hit kernfs instead of tmpfs.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from _common import machine, median, parser, percentile, table
+from _common import LongestStep, machine, median, parser, percentile, table
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
@@ -32,6 +37,16 @@ from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.scratchcg import Scratch, unavailable_reason
+
+
+@dataclass
+class Result:
+    """One run: per-round CPU and wall seconds, the longest loop step (wall, and loop-thread CPU)."""
+
+    cpu: list[float]
+    wall: list[float]
+    longest: float
+    longest_cpu: float
 
 
 def make_pods(n: int) -> list[PodInfo]:
@@ -60,7 +75,15 @@ def make_pods(n: int) -> list[PodInfo]:
     return pods
 
 
-async def measure(n: int, rounds: int, version: CgroupVersion, base: Path) -> tuple[list[float], list[float]]:
+THREAD = False  # --thread: MetricsCollector(read_in_thread=True)
+
+
+def _thread_kw() -> dict[str, bool]:
+    # only passed when asked for, so the benchmark also runs against a collector without the option
+    return {"read_in_thread": True} if THREAD else {}
+
+
+async def measure(n: int, rounds: int, version: CgroupVersion, base: Path) -> Result:
     """CPU and wall seconds of `rounds` collector rounds over n pods (after one warm-up round)."""
     node = SyntheticNode(base, version, CgroupDriver.SYSTEMD, cpus=os.cpu_count() or 2)
     bus = EventBus()
@@ -75,16 +98,27 @@ async def measure(n: int, rounds: int, version: CgroupVersion, base: Path) -> tu
         store,
         proc_root=node.proc_root,
         topology=read_topology(node.sys_root),
+        **_thread_kw(),
     )
-    await coll.round()  # warm-up: first deltas, path memos
+    return await timed_rounds(coll, n, rounds)
+
+
+async def timed_rounds(coll: MetricsCollector, n: int, rounds: int) -> Result:
+    """CPU and wall seconds of `rounds` rounds after one warm-up round, and the longest loop step seen."""
+    await coll.round()  # warm-up: first deltas, path memos, open files
+    gc.collect()
+    gc.freeze()  # the fixtures are not what is measured (the agent freezes after start-up too)
     cpu, wall = [], []
-    for _ in range(rounds):
-        c0, w0 = time.process_time(), time.perf_counter()
-        await coll.round()
-        cpu.append(time.process_time() - c0)
-        wall.append(time.perf_counter() - w0)
+    with LongestStep() as probe:
+        await asyncio.sleep(0)
+        for _ in range(rounds):
+            c0, w0 = time.process_time(), time.perf_counter()
+            await coll.round()
+            cpu.append(time.process_time() - c0)
+            wall.append(time.perf_counter() - w0)
+    gc.unfreeze()
     assert len(coll.last.pods if coll.last else {}) == n, "every pod measured"
-    return cpu, wall
+    return Result(cpu, wall, probe.longest, probe.longest_cpu)
 
 
 class _ScratchLayout(CgroupLayout):
@@ -101,7 +135,7 @@ class _ScratchLayout(CgroupLayout):
         return f"{self.prefix}/{super().qos_dir(kube_qos)}"
 
 
-async def measure_real(n: int, rounds: int) -> tuple[list[float], list[float]]:
+async def measure_real(n: int, rounds: int) -> Result:
     """Like `measure`, on scratch cgroups of the real v1 hierarchy."""
     scratch = Scratch()
     try:
@@ -119,17 +153,13 @@ async def measure_real(n: int, rounds: int) -> tuple[list[float], list[float]]:
                 )
             await bus.publish(PodUpserted(pod))
         reader = CgroupReader(layout)
-        coll = MetricsCollector(bus, layout, reader, MetricStore(), topology=read_topology("/sys"))
-        await coll.round()
-        cpu, wall = [], []
-        for _ in range(rounds):
-            c0, w0 = time.process_time(), time.perf_counter()
-            await coll.round()
-            cpu.append(time.process_time() - c0)
-            wall.append(time.perf_counter() - w0)
-        assert len(coll.last.pods if coll.last else {}) == n, "every pod measured"
-        reader.close()
-        return cpu, wall
+        coll = MetricsCollector(
+            bus, layout, reader, MetricStore(), topology=read_topology("/sys"), **_thread_kw()
+        )
+        try:
+            return await timed_rounds(coll, n, rounds)
+        finally:
+            reader.close()
     finally:
         scratch.cleanup()
 
@@ -139,30 +169,61 @@ def main() -> None:
     ap = parser(__doc__ or "")
     ap.add_argument("--version", choices=["v1", "v2"], default="v1")
     ap.add_argument("--real", action="store_true", help="scratch cgroups on the real v1 hierarchy")
+    ap.add_argument("--pods", default="50,200,500,1000", help="comma-separated pod counts")
+    ap.add_argument("--thread", action="store_true", help="read the pods' files in a worker thread")
     args = ap.parse_args()
     if args.real and (reason := unavailable_reason()):
         print(f"--real unavailable: {reason}")
         return
     version = CgroupVersion(args.version)
+    global THREAD
+    THREAD = args.thread
     rounds = 5 if args.quick else 30
     runs = 1 if args.quick else args.runs
     tmp_parent = "/dev/shm" if Path("/dev/shm").is_dir() else None
     rows = []
-    for n in (50, 200, 500):
-        cpu_med, cpu_p90, wall_med = [], [], []
+    for n in [int(x) for x in args.pods.split(",")]:
+        cpu_med, cpu_p90, wall_med, step, step_cpu = [], [], [], [], []
         for _ in range(runs):
             if args.real:
-                cpu, wall = asyncio.run(measure_real(n, rounds))
+                r = asyncio.run(measure_real(n, rounds))
             else:
                 with tempfile.TemporaryDirectory(dir=tmp_parent, prefix="koordqos-bench-") as d:
-                    cpu, wall = asyncio.run(measure(n, rounds, version, Path(d)))
-            cpu_med.append(median(cpu) * 1e3)
-            cpu_p90.append(percentile(cpu, 90) * 1e3)
-            wall_med.append(median(wall) * 1e3)
-        rows.append((n, f"{median(cpu_med):.2f}", f"{median(cpu_p90):.2f}", f"{median(wall_med):.2f}"))
+                    r = asyncio.run(measure(n, rounds, version, Path(d)))
+            cpu_med.append(median(r.cpu) * 1e3)
+            cpu_p90.append(percentile(r.cpu, 90) * 1e3)
+            wall_med.append(median(r.wall) * 1e3)
+            step.append(r.longest * 1e3)
+            step_cpu.append(r.longest_cpu * 1e3)
+        rows.append(
+            (
+                n,
+                f"{median(cpu_med):.2f}",
+                f"{median(cpu_p90):.2f}",
+                f"{median(cpu_med) * 1e3 / n:.1f}",
+                f"{median(wall_med):.2f}",
+                f"{median(step):.2f}",
+                f"{median(step_cpu):.2f}",
+            )
+        )
     where = "real cgroup v1 (kernfs) cgroupfs" if args.real else f"synthetic tmpfs cgroup {version} systemd"
+    where += ", reads in a worker thread" if args.thread else ", reads on the loop"
     print(f"metrics collector round, {where}, {machine()}, {runs} runs x {rounds} rounds")
-    print(table(rows, ["pods", "CPU ms (median)", "CPU ms (p90)", "wall ms (median)"]))
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(
+        table(
+            rows,
+            [
+                "pods",
+                "CPU ms (median)",
+                "CPU ms (p90)",
+                "CPU µs/pod",
+                "wall ms (median)",
+                "longest step ms (wall)",
+                "longest step ms (loop CPU)",
+            ],
+        )
+    )
 
 
 if __name__ == "__main__":

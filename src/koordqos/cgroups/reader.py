@@ -7,11 +7,13 @@ vanished between listing and reading is normal — or when the content cannot be
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion, parse_cpuset
-from koordqos.errors import CgroupError, PathEscapeError
+from koordqos.errors import CgroupError, UnsafePathError
+from koordqos.fs import open_beneath, open_root
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,8 @@ class MemoryReadings:
 
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+# a dir is opened only to open files beneath it (O_PATH where the OS has it: no read permission needed)
+_DIR_FLAGS = os.O_DIRECTORY | getattr(os, "O_PATH", os.O_RDONLY)
 
 
 def parse_flat_keyed(text: str) -> dict[str, int]:
@@ -60,6 +64,86 @@ def stat_value(text: str, key: str) -> int | None:
         return None
 
 
+def stat_value_bytes(data: bytes, key: bytes) -> int | None:
+    """`stat_value` on the raw bytes of a file (no decode: the collector's hot path)."""
+    needle = key + b" "
+    if data.startswith(needle):
+        i = 0
+    else:
+        i = data.find(b"\n" + needle) + 1
+        if i == 0:
+            return None
+    end = data.find(b"\n", i)
+    try:
+        return int(data[i + len(needle) : end if end >= 0 else None])
+    except ValueError:
+        return None
+
+
+def usage_ns_of(data: bytes | None, v2: bool) -> int | None:
+    """Cumulative CPU ns from v1 `cpuacct.usage` or v2 `cpu.stat` (usage_usec × 1000)."""
+    if data is None:
+        return None
+    if v2:
+        usec = stat_value_bytes(data, b"usage_usec")
+        return None if usec is None else usec * 1000
+    try:
+        return int(data)
+    except ValueError:
+        return None
+
+
+def cpu_stat_of(data: bytes | None) -> CpuStat | None:
+    """Throttling counters from `cpu.stat` bytes (v1 throttled_time ns, v2 throttled_usec)."""
+    if data is None:
+        return None
+    periods = stat_value_bytes(data, b"nr_periods")
+    if periods is None:
+        return None
+    usec = stat_value_bytes(data, b"throttled_usec")
+    throttled = usec * 1000 if usec is not None else stat_value_bytes(data, b"throttled_time") or 0
+    return CpuStat(periods, stat_value_bytes(data, b"nr_throttled") or 0, throttled)
+
+
+def _int(data: bytes | None) -> int | None:
+    if data is None:
+        return None
+    try:
+        return int(data)
+    except ValueError:
+        return None
+
+
+def working_set_of(usage: bytes | None, stat: bytes | None, v2: bool) -> int | None:
+    """usage − inactive file pages (v1 `total_inactive_file`, v2 `inactive_file`), >= 0 (None: no usage)."""
+    used = _int(usage)
+    if used is None:
+        return None
+    inactive = 0
+    if stat is not None:
+        inactive = stat_value_bytes(stat, b"inactive_file" if v2 else b"total_inactive_file") or 0
+    return max(0, used - inactive)
+
+
+def memory_readings_of(usage: bytes | None, stat: bytes | None, v2: bool) -> MemoryReadings | None:
+    """Working set, anon and anon + file pages from the usage file and one `memory.stat` (see
+    `CgroupReader.memory_readings`); None without usage."""
+    used = _int(usage)
+    if used is None:
+        return None
+    if stat is None:
+        return MemoryReadings(used, None, None)
+    p = b"" if v2 else b"total_"
+    inactive_file = stat_value_bytes(stat, p + b"inactive_file") or 0
+    anon = (
+        (stat_value_bytes(stat, p + b"inactive_anon") or 0)
+        + (stat_value_bytes(stat, p + b"active_anon") or 0)
+        + (stat_value_bytes(stat, p + b"unevictable") or 0)
+    )
+    cache = inactive_file + (stat_value_bytes(stat, p + b"active_file") or 0)
+    return MemoryReadings(max(0, used - inactive_file), anon, anon + cache)
+
+
 CGROUP_FS_TYPES = frozenset({"cgroup", "cgroup2"})
 
 
@@ -83,26 +167,41 @@ def mount_fs_type(path: str, mountinfo: str = "/proc/self/mountinfo") -> str | N
     return fstype
 
 
+def default_max_open_files(soft_limit: int | None) -> int:
+    """Cgroup files kept open by default: all but 4,096 of the soft RLIMIT_NOFILE (sockets, logs and the
+    runtime's fds fit in those), at least a quarter of it, at most 16,384 (a 1,000-pod node needs ~11,000)."""
+    if soft_limit is None:
+        return 16384
+    return min(16384, max(soft_limit // 4, soft_limit - 4096))
+
+
 class CgroupReader:
     """Reads usage counters and settings of cgroup dirs (service "cgroup_reader").
 
-    Files read once stay open and are re-read with `pread(fd, 0)` (a kernfs seq_file restarts at offset 0):
-    one syscall instead of open+read+close, ~5x cheaper on cgroupfs. On kernfs a removed cgroup's open file
-    fails with ENODEV; on other file systems (synthetic trees) a removed file is detected by its link count.
-    At most `max_open_files` stay open (default a quarter of the soft RLIMIT_NOFILE, capped at 16384).
+    Files are opened beneath the cgroup root one component at a time without following a symlink
+    (`koordqos.fs.open_beneath` for the dir, then `openat` of the file in it): a dir swapped for a symlink
+    is refused at the open, not at an earlier path check. Files read once stay open and are re-read with
+    `pread(fd, 0)` (a kernfs seq_file restarts at offset 0): one syscall instead of open+read+close, ~5x
+    cheaper on cgroupfs. On kernfs a removed cgroup's open file fails with ENODEV; on other file systems
+    (synthetic trees) a removed file is detected by its link count. The dir fd is closed once its files are
+    open (cgroup dirs cannot be renamed, and a removed one is opened again from the root): one fd per file.
+    At most `max_open_files` stay open (default: `default_max_open_files`), counting the collector's
+    `FileSet`s; beyond it files are opened per read (one dir walk beneath the root each: much slower).
     """
 
     def __init__(self, layout: CgroupLayout, max_open_files: int | None = None) -> None:
         self.layout = layout
         self._v2 = layout.version is CgroupVersion.V2
-        # (subsystem, rel) → confined absolute dir; building and checking paths costs more than the read
+        self._root = str(layout.root).rstrip("/") or "/"
+        # (subsystem, rel) → the dir's path relative to the root (checked: no `..`, stays inside the root)
         self._dirs: dict[tuple[str, str], str] = {}
-        self._fds: dict[str, int] = {}
+        self._fds: dict[tuple[str, str, str], int] = {}  # (subsystem, rel, file name) → open fd
+        self.held = 0  # fds held by FileSets
         if max_open_files is None:
             import resource
 
             soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-            max_open_files = 16384 if soft == resource.RLIM_INFINITY else min(16384, soft // 4)
+            max_open_files = default_max_open_files(None if soft == resource.RLIM_INFINITY else soft)
         self.max_open_files = max_open_files
         bases = (
             [str(layout.root)] if self._v2 else [str(layout.root / s) for s in ("cpu", "cpuacct", "memory")]
@@ -116,7 +215,7 @@ class CgroupReader:
             pass
 
     def close(self) -> None:
-        """Close every cached file descriptor."""
+        """Close every cached file descriptor (FileSets close their own)."""
         fds = getattr(self, "_fds", {})
         for fd in fds.values():
             try:
@@ -127,134 +226,115 @@ class CgroupReader:
 
     @property
     def open_files(self) -> int:
-        """How many cgroup files are held open for re-reading."""
-        return len(self._fds)
+        """How many cgroup files are held open for re-reading (by the reader and its FileSets)."""
+        return len(self._fds) + self.held
 
     def _dir(self, rel: str, subsystem: str) -> str:
+        """`rel`'s dir in `subsystem`, relative to the cgroup root (PathEscapeError when refused)."""
         key = (subsystem, rel)
         d = self._dirs.get(key)
         if d is None:
-            self.layout.check_dir(rel, subsystem)  # advisory until the reads open beneath the root
-            d = str(self.layout.subsystem_dir(rel, subsystem))
+            path = str(self.layout.subsystem_dir(rel, subsystem))
+            d = path[len(self._root) :].lstrip("/")
             if len(self._dirs) > 65536:
                 self._dirs.clear()
             self._dirs[key] = d
         return d
 
+    def open_dir(self, rel: str, subsystem: str) -> int | None:
+        """An fd of `rel`'s dir in `subsystem`, opened beneath the root with no symlink followed; None when
+        missing or refused. The caller closes it."""
+        try:
+            d = self._dir(rel, subsystem)
+            if not d:
+                return open_root(self._root)
+            return open_beneath(self._root, d, _DIR_FLAGS)
+        except (OSError, CgroupError, UnsafePathError):
+            return None
+
     def forget(self, rel_prefix: str) -> None:
         """Drop memoised dirs and close cached files under `rel_prefix` (after a pod went away)."""
         self._dirs = {k: v for k, v in self._dirs.items() if not k[1].startswith(rel_prefix)}
-        marker = "/" + rel_prefix.strip("/") + "/"
-        for path in [p for p in self._fds if marker in p]:
-            os.close(self._fds.pop(path))
+        for key in [k for k in self._fds if k[1].startswith(rel_prefix)]:
+            os.close(self._fds.pop(key))
 
     def _read(self, rel: str, subsystem: str, name: str) -> str | None:
-        # hot path of the metrics round (~11 reads per pod): memo lookups inlined, bare os calls
-        d = self._dirs.get((subsystem, rel))
-        try:
-            if d is None:
-                d = self._dir(rel, subsystem)
-        except PathEscapeError:
-            return None
-        path = d + "/" + name
-        fd = self._fds.get(path)
+        data = self._read_bytes(rel, subsystem, name)
+        return None if data is None else data.decode("ascii", "replace")
+
+    def _read_bytes(self, rel: str, subsystem: str, name: str) -> bytes | None:
+        key = (subsystem, rel, name)
+        fd = self._fds.get(key)
         if fd is not None:
             try:
                 data = os.pread(fd, 65536, 0)
                 if not self._check_links or os.fstat(fd).st_nlink > 0:
-                    return data.decode("ascii", "replace")
+                    return data
             except OSError:
                 pass
             # removed (ENODEV on kernfs, unlinked elsewhere): drop it and look again
-            del self._fds[path]
+            del self._fds[key]
             os.close(fd)
+        dfd = self.open_dir(rel, subsystem)
+        if dfd is None:
+            return None
         try:
-            fd = os.open(path, _READ_FLAGS)
+            fd = os.open(name, _READ_FLAGS, dir_fd=dfd)
         except OSError:
             return None
+        finally:
+            os.close(dfd)
         try:
             data = os.read(fd, 65536)
         except OSError:
             os.close(fd)
             return None
-        if len(self._fds) < self.max_open_files:
-            self._fds[path] = fd
+        if self.open_files < self.max_open_files:
+            self._fds[key] = fd
         else:
             os.close(fd)
-        return data.decode("ascii", "replace")
+        return data
+
+    def file_set(self, files: Sequence[tuple[str, str, str]]) -> FileSet:
+        """A FileSet of (rel, subsystem, file name) entries (see FileSet)."""
+        return FileSet(self, files)
 
     def cpu_usage_ns(self, rel: str) -> int | None:
         """Cumulative CPU time in ns (v1 `cpuacct.usage`; v2 `cpu.stat` usage_usec × 1000)."""
         if self._v2:
-            text = self._read(rel, "cpu", "cpu.stat")
-            if text is None:
-                return None
-            usec = stat_value(text, "usage_usec")
-            return None if usec is None else usec * 1000
-        text = self._read(rel, "cpuacct", "cpuacct.usage")
-        if text is None:
-            return None
-        try:
-            return int(text)
-        except ValueError:
-            return None
+            return usage_ns_of(self._read_bytes(rel, "cpu", "cpu.stat"), True)
+        return usage_ns_of(self._read_bytes(rel, "cpuacct", "cpuacct.usage"), False)
 
     def cpu_stat(self, rel: str) -> CpuStat | None:
         """Throttling counters: nr_periods, nr_throttled, throttled time (ns)."""
-        text = self._read(rel, "cpu", "cpu.stat")
-        if text is None:
-            return None
-        kv = parse_flat_keyed(text)
-        if "nr_periods" not in kv:
-            return None
-        throttled = kv["throttled_usec"] * 1000 if "throttled_usec" in kv else kv.get("throttled_time", 0)
-        return CpuStat(kv["nr_periods"], kv.get("nr_throttled", 0), throttled)
+        return cpu_stat_of(self._read_bytes(rel, "cpu", "cpu.stat"))
 
     def memory_stat(self, rel: str) -> dict[str, int] | None:
         """`memory.stat` as a dict."""
         text = self._read(rel, "memory", "memory.stat")
         return None if text is None else parse_flat_keyed(text)
 
+    def _usage_file(self) -> str:
+        return "memory.current" if self._v2 else "memory.usage_in_bytes"
+
     def memory_usage(self, rel: str) -> int | None:
         """Memory usage in bytes (v1 `memory.usage_in_bytes`, v2 `memory.current`)."""
-        name = "memory.current" if self._v2 else "memory.usage_in_bytes"
-        text = self._read(rel, "memory", name)
-        if text is None:
-            return None
-        try:
-            return int(text)
-        except ValueError:
-            return None
+        return _int(self._read_bytes(rel, "memory", self._usage_file()))
 
     def memory_working_set(self, rel: str) -> int | None:
         """Working set = usage − inactive file pages (v1 `total_inactive_file`, v2 `inactive_file`), >= 0."""
-        usage = self.memory_usage(rel)
+        usage = self._read_bytes(rel, "memory", self._usage_file())
         if usage is None:
             return None
-        text = self._read(rel, "memory", "memory.stat")
-        inactive = 0
-        if text is not None:
-            inactive = stat_value(text, "inactive_file" if self._v2 else "total_inactive_file") or 0
-        return max(0, usage - inactive)
+        return working_set_of(usage, self._read_bytes(rel, "memory", "memory.stat"), self._v2)
 
     def memory_readings(self, rel: str) -> MemoryReadings | None:
         """Working set, anonymous memory and anonymous + file pages from one read of `memory.stat`
         (koordlet's `MemoryStatRaw.Usage`: inactive_anon + active_anon + unevictable; v1 `total_` keys)."""
-        usage = self.memory_usage(rel)
+        usage = self._read_bytes(rel, "memory", self._usage_file())
         if usage is None:
             return None
-        text = self._read(rel, "memory", "memory.stat")
-        if text is None:
-            return MemoryReadings(usage, None, None)
-        p = "" if self._v2 else "total_"
-        inactive_file = stat_value(text, p + "inactive_file") or 0
-        anon = (
-            (stat_value(text, p + "inactive_anon") or 0)
-            + (stat_value(text, p + "active_anon") or 0)
-            + (stat_value(text, p + "unevictable") or 0)
-        )
-        cache = inactive_file + (stat_value(text, p + "active_file") or 0)
-        return MemoryReadings(max(0, usage - inactive_file), anon, anon + cache)
+        return memory_readings_of(usage, self._read_bytes(rel, "memory", "memory.stat"), self._v2)
 
     def cpuset(self, rel: str) -> frozenset[int] | None:
         """The CPUs of `cpuset.cpus` (v2: `cpuset.cpus.effective` when `cpuset.cpus` is empty)."""
@@ -293,13 +373,14 @@ class CgroupReader:
 def read_procs(layout: CgroupLayout, rel: str) -> list[int] | None:
     """The PIDs in `rel`'s cgroup.procs (cpu hierarchy); None when the dir is gone, refused or unreadable.
 
-    Blocking (a file read per dir): callers with many dirs run it in a worker thread.
+    Opened beneath the cgroup root with no symlink followed (`koordqos.fs.open_beneath`). Blocking (a file
+    read per dir): callers with many dirs run it in a worker thread.
     """
     try:
-        layout.check_dir(rel, "cpu")  # advisory until the read opens beneath the root
-        path = layout.subsystem_dir(rel, "cpu") / "cgroup.procs"
-        fd = os.open(path, _READ_FLAGS)
-    except (OSError, CgroupError):
+        path = str(layout.subsystem_dir(rel, "cpu") / "cgroup.procs")
+        root = str(layout.root).rstrip("/")
+        fd = open_beneath(root or "/", path[len(root) :].lstrip("/"), os.O_RDONLY)
+    except (OSError, CgroupError, UnsafePathError):
         return None
     try:
         chunks = []
@@ -310,3 +391,94 @@ def read_procs(layout: CgroupLayout, rel: str) -> list[int] | None:
     finally:
         os.close(fd)
     return [int(x) for x in b"".join(chunks).split() if x.isdigit()]
+
+
+class FileSet:
+    """A fixed list of cgroup files held open and re-read together: one `pread` each per round.
+
+    For a reader of many dirs every round (the metrics collector: ~11 files per pod). Entries are (rel,
+    subsystem, file name); `read()` returns each file's bytes, or None where the file (or its dir) is gone.
+    A file that fails (ENODEV: its cgroup was removed; link count 0 on synthetic trees) is closed and opened
+    again from the root on the next read, so a dir removed and made again is followed. The owner calls
+    `close()`; the fds count against the reader's `max_open_files` (beyond it files are opened per read).
+    """
+
+    __slots__ = ("_dirs", "_fds", "_names", "_reader", "entries")
+
+    def __init__(self, reader: CgroupReader, entries: Sequence[tuple[str, str, str]]) -> None:
+        self._reader = reader
+        self.entries = tuple(entries)
+        self._names = [name for _rel, _sub, name in self.entries]
+        self._dirs = [(rel, sub) for rel, sub, _name in self.entries]
+        self._fds: list[int] = [-1] * len(self.entries)
+
+    def read(self) -> list[bytes | None]:
+        """Every file's content (None where missing); blocking, safe to call from a worker thread."""
+        out: list[bytes | None] = []
+        fds = self._fds
+        check_links = self._reader._check_links
+        missing = False
+        for i, fd in enumerate(fds):
+            if fd >= 0:
+                try:
+                    data = os.pread(fd, 65536, 0)
+                    if not check_links or os.fstat(fd).st_nlink > 0:
+                        out.append(data)
+                        continue
+                except OSError:
+                    pass
+                os.close(fd)
+                fds[i] = -1
+                self._reader.held -= 1
+            missing = True
+            out.append(None)
+        if missing:
+            self._reopen(out)
+        return out
+
+    def _reopen(self, out: list[bytes | None]) -> None:
+        """Open the files that are not open (their dir once per dir) and read them into `out`."""
+        reader = self._reader
+        dir_fds: dict[tuple[str, str], int | None] = {}
+        try:
+            for i, fd in enumerate(self._fds):
+                if fd >= 0:
+                    continue
+                where = self._dirs[i]
+                if where not in dir_fds:
+                    dir_fds[where] = reader.open_dir(*where)
+                dfd = dir_fds[where]
+                if dfd is None:
+                    continue
+                try:
+                    fd = os.open(self._names[i], _READ_FLAGS, dir_fd=dfd)
+                except OSError:
+                    continue
+                try:
+                    out[i] = os.read(fd, 65536)
+                except OSError:
+                    os.close(fd)
+                    continue
+                if reader.open_files < reader.max_open_files:
+                    self._fds[i] = fd
+                    reader.held += 1
+                else:
+                    os.close(fd)
+        finally:
+            for dfd in dir_fds.values():
+                if dfd is not None:
+                    os.close(dfd)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def close(self) -> None:
+        """Close the held files."""
+        for i, fd in enumerate(self._fds):
+            if fd >= 0:
+                os.close(fd)
+                self._fds[i] = -1
+                self._reader.held -= 1

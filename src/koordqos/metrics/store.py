@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from koordqos.metrics.types import MetricKind, MetricSnapshot
+from koordqos.metrics.types import MetricKind, MetricSnapshot, PodSample
 
 Series = deque[tuple[float, float]]
 _POD_KINDS = frozenset({MetricKind.POD_CPU_USAGE, MetricKind.POD_MEMORY_USAGE})
@@ -61,13 +61,11 @@ class MetricStore:
 
     def ingest(self, snap: MetricSnapshot) -> None:
         """Store every measured value of a collection round (None values are skipped)."""
-        at = snap.at
-        horizon = at - self.retention
-        series = self._series
-        maxlen = self._maxlen
-        pod_of = self._pod_of
-        pods = self._pods
-        # one tight loop over (kind, key, value): ~1500 samples per 200-pod round
+        self.ingest_pods(snap.at, snap.pods.items())
+        self.ingest_node(snap)
+
+    def ingest_node(self, snap: MetricSnapshot) -> None:
+        """The node, BE and host-application part of `ingest` (the pods go through `ingest_pods`)."""
         samples: list[tuple[str, str, float | None]] = [
             (MetricKind.NODE_CPU_USAGE, "", snap.node.cpu_usage_cores),
             (MetricKind.NODE_MEMORY_USAGE, "", snap.node.memory_used),
@@ -76,9 +74,22 @@ class MetricStore:
             (MetricKind.BE_CPU_REQUEST, "", snap.be.request_milli),
             (MetricKind.BE_CPU_REAL_LIMIT, "", snap.be.real_limit_milli),
         ]
+        for name, app in snap.host_apps.items():
+            self._apps.add(name)
+            samples.append((MetricKind.HOST_APP_CPU_USAGE, name, app.cpu_usage_cores))
+            samples.append((MetricKind.HOST_APP_MEMORY_USAGE, name, app.memory_working_set))
+        self._append(snap.at, samples)
+
+    def ingest_pods(self, at: float, pods: Iterable[tuple[str, PodSample]]) -> None:
+        """Store (uid, sample) pod and container samples of a round taken at `at` (a caller with many pods
+        feeds them in slices, so no single call holds the event loop long)."""
+        pod_of = self._pod_of
+        uids = self._pods
+        # one tight loop over (kind, key, value): ~8 samples per pod with two containers
+        samples: list[tuple[str, str, float | None]] = []
         append = samples.append
-        for uid, pod in snap.pods.items():
-            pods.add(uid)
+        for uid, pod in pods:
+            uids.add(uid)
             append((MetricKind.POD_CPU_USAGE, uid, pod.cpu_usage_cores))
             append((MetricKind.POD_MEMORY_USAGE, uid, pod.memory_working_set))
             for c in pod.containers:
@@ -86,10 +97,12 @@ class MetricStore:
                 append((MetricKind.CONTAINER_CPU_USAGE, c.id, c.cpu_usage_cores))
                 append((MetricKind.CONTAINER_MEMORY_USAGE, c.id, c.memory_working_set))
                 append((MetricKind.CONTAINER_CPU_THROTTLED, c.id, c.throttled_ratio))
-        for name, app in snap.host_apps.items():
-            self._apps.add(name)
-            append((MetricKind.HOST_APP_CPU_USAGE, name, app.cpu_usage_cores))
-            append((MetricKind.HOST_APP_MEMORY_USAGE, name, app.memory_working_set))
+        self._append(at, samples)
+
+    def _append(self, at: float, samples: list[tuple[str, str, float | None]]) -> None:
+        horizon = at - self.retention
+        series = self._series
+        maxlen = self._maxlen
         for kind, key, value in samples:
             if value is None:
                 continue

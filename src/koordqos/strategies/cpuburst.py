@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
 from prometheus_client import Counter, Gauge
 
 from koordqos import observability as obs
-from koordqos.cgroups.executor import CgroupWrite, Level, WriteResult
+from koordqos.cgroups.executor import CgroupWrite, Level, Outcome, WriteResult
 from koordqos.config import AgentConfig
 from koordqos.errors import CgroupError
 from koordqos.metrics.types import MetricKind
@@ -41,6 +42,7 @@ from koordqos.strategies.cpuburst_plan import (
     base_quota,
     burstable,
     ceil_quota,
+    cfs_quota_burst_enabled,
     decide_quota,
     node_state_for_burst,
     node_window,
@@ -54,7 +56,13 @@ log = structlog.get_logger("koordqos.strategies.cpuburst")
 
 NAME = "CPUBurst"
 GATE = "CPUBurst"
-YIELD_EVERY = 10  # pods per synchronous slice: a round over many pods never holds the loop for long
+# a round yields to the loop after this much time in one synchronous slice (hundreds of pods with burst)
+YIELD_AFTER_SECONDS = 0.002
+# Pods whose policy has no dynamic part (`none`, `cpuBurstOnly`) are settled after one clean round: their
+# static burst and base quota follow from the pod and the config alone, so they are visited again only when
+# either changes, or in the full pass this often (a quota changed behind our back is reset within it; the
+# executor's --resource-force-update-seconds re-asserts cached writes on the same period).
+FULL_PASS_SECONDS = 60.0
 
 CPU_BURST_OPERATIONS = Counter(
     "koordqos_cpuburst_operations_total",
@@ -125,6 +133,19 @@ class CPUBurstStrategy:
         self.last: RoundReport | None = None
         self._burst_supported: bool | None = None
         self._burst_capped_at_quota = False
+        # the round's pods: (pods mapping, node config) → [(pod, effective config)] of burstable active pods
+        self._candidates_for: tuple[Mapping[str, PodInfo], CPUBurstConfig] | None = None
+        self._candidates: list[tuple[PodInfo, CPUBurstConfig]] = []
+        self._pool_pods: list[PodInfo] = []  # the candidates' companions for the share pool (LSE, LSR, BE)
+        # uid → (pod, node config, effective config): the merge is pydantic work, done once per pod object
+        self._configs: dict[str, tuple[PodInfo, CPUBurstConfig, CPUBurstConfig | None]] = {}
+        # uid → (pod, effective config, capped) of pods without a dynamic policy whose last visit was clean
+        self._settled: dict[str, tuple[PodInfo, CPUBurstConfig, bool]] = {}
+        self._next_full_pass = float("-inf")
+        # the candidates still to visit each round (dynamic or not yet settled), and the list they came from
+        self._todo: list[tuple[PodInfo, CPUBurstConfig]] = []
+        self._todo_from: list[tuple[PodInfo, CPUBurstConfig]] | None = None
+        self.visited = 0  # pods visited in the last round (for tests and the benchmark)
 
     def enabled(self, config: AgentConfig) -> bool:
         """Gate CPUBurst and a positive reconcile interval."""
@@ -147,12 +168,55 @@ class CPUBurstStrategy:
         window = node_window(env.config.qos.reconcile_interval_seconds)
         node_usage = store.avg(MetricKind.NODE_CPU_USAGE, "", window)
         cpu_count = env.cpu_count()
+        # only LSE, LSR and BE pods count in the share pool: their usage is all that is looked up
+        known = self._candidates_for
+        fresh = known is not None and known[0] is state.pods
+        pool_pods = self._pool_pods if fresh else _pool_pods(state.pods)
         pod_usage: dict[str, float] = {}
-        for uid in state.pods:
-            v = store.avg(MetricKind.POD_CPU_USAGE, uid, window)
+        for pod in pool_pods:
+            v = store.avg(MetricKind.POD_CPU_USAGE, pod.uid, window)
             if v is not None:
-                pod_usage[uid] = v
-        return node_state_for_burst(threshold, cpu_count, node_usage, state.pods.values(), pod_usage)
+                pod_usage[pod.uid] = v
+        return node_state_for_burst(threshold, cpu_count, node_usage, pool_pods, pod_usage)
+
+    def _pod_config(self, pod: PodInfo, node_cfg: CPUBurstConfig) -> CPUBurstConfig | None:
+        if not self.injectors:  # an injector may answer differently over time: never memoised
+            known = self._configs.get(pod.uid)
+            if known is not None and known[0] is pod and known[1] is node_cfg:
+                return known[2]
+        cfg = pod_burst_config(node_cfg, pod, self.injectors)
+        self._configs[pod.uid] = (pod, node_cfg, cfg)
+        return cfg
+
+    def candidates(self, state: NodeState, node_cfg: CPUBurstConfig) -> list[tuple[PodInfo, CPUBurstConfig]]:
+        """Burstable active pods with their effective config; rebuilt only when the pods or the config
+        changed (NodeState replaces its pods mapping on every change)."""
+        known = self._candidates_for
+        if (
+            known is not None
+            and not self.injectors
+            and known[0] is state.pods
+            and (known[1] is node_cfg or known[1] == node_cfg)
+        ):
+            return self._candidates
+        if known is not None and known[1] is not node_cfg and known[1] == node_cfg:
+            node_cfg = known[1]  # an equal config (a re-sent NodeSLO) keeps the memoised merges valid
+        out: list[tuple[PodInfo, CPUBurstConfig]] = []
+        for pod in state.pods.values():
+            if not burstable(pod) or not pod.active:
+                continue
+            cfg = self._pod_config(pod, node_cfg)
+            if cfg is not None:
+                out.append((pod, cfg))
+        pods = state.pods
+        if len(self._configs) > len(pods):
+            self._configs = {u: v for u, v in self._configs.items() if u in pods}
+        if len(self._settled) > len(pods):
+            self._settled = {u: v for u, v in self._settled.items() if u in pods}
+        self._candidates_for = (pods, node_cfg)
+        self._candidates = out
+        self._pool_pods = _pool_pods(pods)
+        return out
 
     def _burst_file_supported(self, env: StrategyEnv) -> bool:
         supported = env.layout.supports(BURST_FILE)
@@ -178,27 +242,56 @@ class CPUBurstStrategy:
         node_cfg = slo.cpu_burst_strategy if slo is not None else None
         if node_cfg is None:
             return
+        candidates = self.candidates(state, node_cfg)
         node_state, pool = self.node_state(state, env)
         report.node_state, report.pool = node_state, pool
         self._record_node_state(env, node_state, pool, node_cfg.share_pool_threshold_percent)
         static_ok = self._burst_file_supported(env)
         now = env.clock()
-        for i, pod in enumerate(state.pods.values()):
-            if i and i % YIELD_EVERY == 0:
+        full = now >= self._next_full_pass
+        if full:
+            self._next_full_pass = now + FULL_PASS_SECONDS
+            self._settled.clear()
+        self.visited = 0
+        since = time.perf_counter()
+        if self._todo_from is not candidates or full:
+            # the pods to look at: dynamic ones always, the others until their visit was clean
+            self._todo = candidates
+            self._todo_from = candidates
+        todo: list[tuple[PodInfo, CPUBurstConfig]] = []
+        capped = self._burst_capped_at_quota
+        for pod, cfg in self._todo:
+            dynamic = cfs_quota_burst_enabled(cfg.policy)
+            if not dynamic:
+                settled = self._settled.get(pod.uid)
+                if (
+                    settled is not None
+                    and settled[0] is pod
+                    and settled[2] is self._burst_capped_at_quota
+                    and (settled[1] is cfg or settled[1] == cfg)
+                ):
+                    continue  # nothing of this pod can have changed since its last clean visit
+            if time.perf_counter() - since >= YIELD_AFTER_SECONDS:
                 await asyncio.sleep(0)
-            if not burstable(pod) or not pod.active:
-                continue
-            cfg = pod_burst_config(node_cfg, pod, self.injectors)
-            if cfg is None:
-                continue
+                since = time.perf_counter()
+            self.visited += 1
             pod_dir = env.pod_dir(pod)
             if pod_dir is None:
                 CPU_BURST_SKIPPED.labels("pod-dir").inc()
                 env.warn_once(f"{NAME}:pod-dir:{pod.uid}", "pod cgroup dir refused", pod=pod.key, uid=pod.uid)
                 continue
+            clean = True
             if static_ok:
-                await self._apply_static(env, pod, pod_dir, cfg, report)
-            await self._apply_quota(env, pod, pod_dir, cfg, node_state, now, report)
+                clean = await self._apply_static(env, pod, pod_dir, cfg, report)
+            clean = await self._apply_quota(env, pod, pod_dir, cfg, node_state, now, report) and clean
+            if not dynamic and clean:
+                self._settled[pod.uid] = (pod, cfg, self._burst_capped_at_quota)
+            else:
+                self._settled.pop(pod.uid, None)
+                todo.append((pod, cfg))
+        self._todo = todo
+        if capped is not self._burst_capped_at_quota:
+            self._todo_from = None  # bursts are capped from now on: the settled pods need it too
         self.limiters.recycle(now)
         CPU_BURST_SCALED.set(sum(1 for d in report.decisions if d.target > d.base))
 
@@ -236,7 +329,8 @@ class CPUBurstStrategy:
 
     async def _apply_static(
         self, env: StrategyEnv, pod: PodInfo, pod_dir: str, cfg: CPUBurstConfig, report: RoundReport
-    ) -> None:
+    ) -> bool:
+        """The pod's static burst writes; True when every write is fine (written, unchanged, cached)."""
         executor = env.executor
         for attempt in range(2):
             plan = plan_static_burst(
@@ -251,8 +345,9 @@ class CPUBurstStrategy:
                 reason += ", capped at the quota (kernel refuses a larger burst)"
             results = await executor.apply_sequential(NAME, writes, reason)
             report.results += results
-            if attempt or self._burst_capped_at_quota or all(r.ok for r in results):
-                return
+            ok = _clean(results)
+            if attempt or self._burst_capped_at_quota or ok:
+                return ok
             # The first refused burst on this kernel: mainline rejects burst > quota. From now on every
             # burst is capped at the base quota (said once), and this pod is retried right away.
             self._burst_capped_at_quota = True
@@ -262,6 +357,7 @@ class CPUBurstStrategy:
                 pod=pod.key,
                 errors=[r.error for r in results if not r.ok][:3],
             )
+        return False
 
     async def _apply_quota(
         self,
@@ -272,7 +368,9 @@ class CPUBurstStrategy:
         node_state: NodeBurstState,
         now: float,
         report: RoundReport,
-    ) -> None:
+    ) -> bool:
+        """The containers' quota decisions and writes; True when every read and write went fine."""
+        clean = True
         executor, store = env.executor, env.store
         for c in pod.containers:
             if c.state != "running":
@@ -287,6 +385,7 @@ class CPUBurstStrategy:
             cur = executor.read_value(cdir, QUOTA_FILE)
             if not isinstance(cur, int):
                 CPU_BURST_SKIPPED.labels("quota-unreadable").inc()
+                clean = False
                 continue
             ceil = ceil_quota(base, cfg.cfs_quota_burst_percent)
             usage = store.last(MetricKind.CONTAINER_CPU_USAGE, c.container_id)
@@ -308,6 +407,20 @@ class CPUBurstStrategy:
             pod_cur = executor.read_value(pod_dir, QUOTA_FILE)
             if not isinstance(pod_cur, int):
                 CPU_BURST_SKIPPED.labels("pod-quota-unreadable").inc()
+                clean = False
                 continue
             writes = quota_writes(pod_dir, cdir, pod_cur, cur, target - cur)
-            report.results += await executor.apply_sequential(NAME, writes, reason)
+            results = await executor.apply_sequential(NAME, writes, reason)
+            report.results += results
+            clean = clean and _clean(results)
+        return clean
+
+
+def _pool_pods(pods: Mapping[str, PodInfo]) -> list[PodInfo]:
+    """The pods the share pool looks at (raw QoS LSE, LSR, BE); the others change neither total nor usage."""
+    return [p for p in pods.values() if not burstable(p)]
+
+
+def _clean(results: Sequence[WriteResult]) -> bool:
+    """Every intent landed or already held (a vanished dir may yet appear: not settled)."""
+    return all(r.ok and r.outcome is not Outcome.VANISHED for r in results)

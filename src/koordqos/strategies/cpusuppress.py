@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from prometheus_client import Gauge
 
-from koordqos.cgroups.executor import CgroupWrite, Level, WriteResult
+from koordqos.cgroups.executor import CgroupWrite, Level, Outcome, WriteResult
 from koordqos.config import AgentConfig
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
@@ -29,7 +29,7 @@ from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.observability import REGISTRY
 from koordqos.state import NodeState
 from koordqos.strategies.cpupick import Processor, pick_be_cpus
-from koordqos.strategies.framework import StrategyEnv
+from koordqos.strategies.framework import Pace, StrategyEnv
 from koordqos.strategies.intents import (
     CFS_QUOTA,
     CPUSET_CPUS,
@@ -42,6 +42,7 @@ from koordqos.strategies.suppressevents import node_reference, suppress_event
 from koordqos.strategies.suppresssmoothing import (
     QuotaHysteresis,
     suppress_usage,
+    suppress_usage_paced,
     window_samples,
 )
 from koordqos.strategies.usage import (
@@ -63,6 +64,9 @@ UNSET_QUOTA = -1
 CFS_PERIOD = 100_000
 POD_DEPTH = 1
 CONTAINER_DEPTH = 2
+# A full round this often: the BE dirs walked again and every write planned and checked against the files
+# (between full rounds an unchanged plan writes nothing and the walk follows the BE pods).
+FULL_PASS_SECONDS = 60.0
 
 BE_SUPPRESS_LS_USED = Gauge(
     "koordqos_be_suppress_ls_used_cores",
@@ -244,22 +248,35 @@ class CPUSuppress:
     def __init__(self) -> None:
         self.statuses: dict[Policy, Status] = {}
         self.hysteresis = QuotaHysteresis()
+        # Write groups (a recovery, an applied BE cpuset) whose every write landed, with the inputs they
+        # were planned from: planned again only when those inputs change, in a full round, or after a
+        # round with a problem (`settle`). Between full rounds a file changed behind our back stays so.
+        self.landed: dict[str, object] = {}
+        self._pending: dict[str, object] = {}
+        self._full = True
+        self._cpusets_of: Mapping[str, PodInfo] | None = None
+        self._cpusets: dict[str, frozenset[int]] = {}
 
-    def plan(self, inp: SuppressInputs) -> SuppressPlan:
-        """One round of CPU suppress (or recovery): the cgroup writes to make, in order."""
+    def plan(self, inp: SuppressInputs, full: bool = True) -> SuppressPlan:
+        """One round of CPU suppress (or recovery): the cgroup writes to make, in order.
+
+        `full=False` leaves out the write groups that landed from the same inputs before (see `landed`).
+        """
         out = SuppressPlan()
         cfg = inp.config
-        pod_cpusets = scheduler_cpusets(inp.pods)
+        self._full = full
+        self._pending = {}
+        pod_cpusets = self._scheduler_cpusets(inp.pods)
         if cfg.enable is None:
             out.skipped = "resourceUsedThresholdWithBE.enable not set"
             return out
         if inp.be_cpu_manager:
             out.writes += self.recover_cfs_quota(inp)
-            out.writes += self.recover_cpuset_for_be_cpu_manager(inp, pod_cpusets)
+            out.writes += self._recover_cpuset_for_be_cpu_manager(inp, pod_cpusets)
             return out
         if not cfg.enable:
             out.writes += self.recover_cfs_quota(inp)
-            out.writes += self.recover_cpuset(inp, pod_cpusets, CONTAINER_DEPTH)
+            out.writes += self._recover_cpuset(inp, pod_cpusets, CONTAINER_DEPTH)
             return out
         if inp.node is None:
             out.skipped = "node unknown"
@@ -293,12 +310,32 @@ class CPUSuppress:
         if cfg.policy is Policy.CFS_QUOTA:
             out.writes += self.adjust_by_cfs_quota(inp, suppress, capacity)
             self.statuses[Policy.CFS_QUOTA] = Status.USING
-            out.writes += self.recover_cpuset(inp, pod_cpusets, CONTAINER_DEPTH)
+            out.writes += self._recover_cpuset(inp, pod_cpusets, CONTAINER_DEPTH)
         else:
             out.writes += self.adjust_by_cpuset(inp, suppress, pod_cpusets)
             self.statuses[Policy.CPUSET] = Status.USING
             out.writes += self.recover_cfs_quota(inp)
         return out
+
+    def settle(self, results: Sequence[WriteResult]) -> None:
+        """After the round's writes: its groups (planned or found unchanged) are what landed; after any
+        problem (a refused, failed or vanished write) nothing is: the next round plans everything again."""
+        # only this round's groups: a group not planned now (the policy moved on) may have been overwritten
+        ok = all(r.ok and r.outcome is not Outcome.VANISHED for r in results)
+        self.landed = self._pending if ok else {}
+        self._pending = {}
+
+    def _unchanged(self, group: str, key: object) -> bool:
+        """Whether `group` landed from `key` before (and this is not a full round); else it is pending."""
+        self._pending[group] = key
+        return not self._full and group in self.landed and self.landed[group] == key
+
+    def _scheduler_cpusets(self, pods: Mapping[str, PodInfo]) -> dict[str, frozenset[int]]:
+        """`scheduler_cpusets`, memoised per pods mapping (NodeState replaces it on every change)."""
+        if self._cpusets_of is not pods:
+            self._cpusets = scheduler_cpusets(pods)
+            self._cpusets_of = pods
+        return self._cpusets
 
     # -- cfs quota -------------------------------------------------------------------------------------------
 
@@ -358,6 +395,31 @@ class CPUSuppress:
         """The full BE cpuset used for recovery."""
         return recovery_cpuset(inp.processors, self._excluded(inp), self._lse_cpus(inp, pod_cpusets))
 
+    def _recover_cpuset(
+        self, inp: SuppressInputs, pod_cpusets: Mapping[str, frozenset[int]], max_depth: int
+    ) -> list[CgroupWrite]:
+        """`recover_cpuset` unless the same recovery landed before."""
+        if inp.processors:
+            value = format_cpuset(self.be_cpuset(inp, pod_cpusets))
+            if self._unchanged("recover-cpuset", (max_depth, value, inp.be_dirs)):
+                self.statuses[Policy.CPUSET] = Status.RECOVERED
+                return []
+        return self.recover_cpuset(inp, pod_cpusets, max_depth)
+
+    def _recover_cpuset_for_be_cpu_manager(
+        self, inp: SuppressInputs, pod_cpusets: Mapping[str, frozenset[int]]
+    ) -> list[CgroupWrite]:
+        """`recover_cpuset_for_be_cpu_manager` unless the same recovery landed before."""
+        if inp.processors:
+            value = format_cpuset(self.be_cpuset(inp, pod_cpusets))
+            bound = tuple(
+                sorted(uid for uid in inp.pod_dirs if _bound_by_scheduler(inp.pods.get(uid), pod_cpusets))
+            )
+            if self._unchanged("recover-cpuset-be-cpu-manager", (value, inp.be_dirs, bound)):
+                self.statuses[Policy.CPUSET] = Status.RECOVERED
+                return []
+        return self.recover_cpuset_for_be_cpu_manager(inp, pod_cpusets)
+
     def recover_cpuset(
         self, inp: SuppressInputs, pod_cpusets: Mapping[str, frozenset[int]], max_depth: int
     ) -> list[CgroupWrite]:
@@ -410,6 +472,14 @@ class CPUSuppress:
         picked = pick_suppressed_cpuset(count, lsr, ls)
         if not picked:
             # no usable CPU (both pools empty, or not enough in a pool): leave the BE cpusets as they are
+            return []
+        static = inp.cpu_manager_policy == "static"
+        recovery = format_cpuset(self.be_cpuset(inp, pod_cpusets)) if static else ""
+        key = (tuple(picked), inp.be_cpuset, inp.cpu_manager_policy, recovery, inp.be_dirs)
+        if self._unchanged("apply-be-cpuset", key):
+            BE_SUPPRESS_CORES.labels(Policy.CPUSET.value).set(len(set(picked)))
+            if recovery:
+                self.statuses[Policy.CPUSET] = Status.RECOVERED
             return []
         return self.apply_be_cpuset(inp, picked, pod_cpusets)
 
@@ -528,6 +598,15 @@ class CPUSuppressStrategy:
         self.core = CPUSuppress()
         self.last_plan: SuppressPlan | None = None
         self._events: set[asyncio.Task[bool]] = set()
+        self._next_full = float("-inf")
+        # BE pods by uid → pod dir, for the pods mapping they were read from
+        self._be_pods_of: Mapping[str, PodInfo] | None = None
+        self._be_pod_dirs: dict[str, str] = {}
+        self._be_key: tuple[tuple[str, tuple[str, ...]], ...] = ()
+        # the BE dir walk and the BE pods (uid, container ids) it was made for (None: walk again)
+        self._walked_for: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+        self._be_dirs: tuple[BEDir, ...] = ()
+        self.walks = 0  # BE dir walks made (for tests and the benchmark)
 
     def enabled(self, config: AgentConfig) -> bool:
         """Gate BECPUSuppress and a positive interval."""
@@ -537,11 +616,72 @@ class CPUSuppressStrategy:
         """--cpu-suppress-interval-seconds."""
         return config.qos.cpu_suppress_interval_seconds
 
+    async def inputs(self, state: NodeState, env: StrategyEnv, full: bool) -> SuppressInputs:
+        """`build_inputs` for a running strategy: yields in its loops over pods and dirs, and walks the BE
+        dirs again only when the BE pods (or their containers) changed, a write found a dir gone, or in a
+        full round (a dir made or removed behind our back is seen then)."""
+        pace = Pace()
+        store = env.store
+        pods = state.pods
+        samples = window_samples(env.config.qos.cpu_suppress_usage_window_seconds, env.collect_interval)
+        node_used, pod_used = await suppress_usage_paced(store, pods, samples, pace)
+        if self._be_pods_of is not pods:
+            pod_dirs: dict[str, str] = {}
+            key: list[tuple[str, tuple[str, ...]]] = []
+            for uid, pod in pods.items():
+                if pod.kube_qos is KubeQoS.BESTEFFORT:
+                    key.append((uid, tuple(c.container_id for c in pod.containers)))
+                    d = self._be_pod_dirs.get(uid) or env.pod_dir(pod)  # a pod's dir never moves
+                    if d is not None:
+                        pod_dirs[uid] = d
+                await pace()
+            self._be_pods_of, self._be_pod_dirs, self._be_key = pods, pod_dirs, tuple(sorted(key))
+        if full or self._walked_for != self._be_key:
+            self._be_dirs = tuple(await env.be_cpuset_dirs_paced(CONTAINER_DEPTH, pace))
+            self._walked_for = self._be_key
+            self.walks += 1
+        node = state.node
+        return SuppressInputs(
+            config=suppress_config(state.node_slo),
+            pods=pods,
+            node=node,
+            node_used=node_used,
+            pod_used=pod_used,
+            host_app_used=host_app_used(store, state.node_slo),
+            processors=env.processors(),
+            be_quota=env.be_quota(),
+            be_cpuset=env.be_cpuset(),
+            be_dirs=self._be_dirs,
+            pod_dirs=self._be_pod_dirs,
+            reserved_cpus=reserved_cpus(node),
+            system_qos_exclusive=system_qos_exclusive_cpus(node),
+            cpu_manager_policy=cpu_manager_policy(node),
+            reserved_milli=node.reserved()["cpu"] if node is not None else 0,
+            be_cpu_manager=env.config.gate("BECPUSuppress") and env.config.gate("BECPUManager"),
+            hysteresis_percent=env.config.qos.cpu_suppress_hysteresis_percent,
+        )
+
     async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
-        """Plan from the current state and metrics, then write through the executor."""
-        plan = self.core.plan(build_inputs(state, env))
+        """Plan from the current state and metrics, then write through the executor.
+
+        Every FULL_PASS_SECONDS the round is full: the dirs are walked and every write is planned again, so
+        a cpuset changed behind our back is put back within that time (the executor compares with the file).
+        """
+        now = env.clock()
+        full = now >= self._next_full
+        if full:
+            self._next_full = now + FULL_PASS_SECONDS
+        inp = await self.inputs(state, env, full)
+        await asyncio.sleep(0)  # the inputs and the plan are two slices
+        plan = self.core.plan(inp, full=full)
         self.last_plan = plan
-        results = await env.apply(NAME, plan.writes)
+        writes = plan.writes
+        if full:  # re-check the files themselves, not the executor's cache of what it wrote
+            writes = [replace(w, cacheable=False) for w in writes]
+        results = await env.apply(NAME, writes)
+        self.core.settle(results)
+        if any(r.outcome is Outcome.VANISHED for r in results):
+            self._walked_for = None  # a dir went away: walk again next round
         self._post_event(state, env, results)
         # A recovery is remembered as done only once its writes landed: a failed "-1" or full-cpuset write
         # would otherwise leave BE capped at the last suppressed value until the agent restarts.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,6 +40,8 @@ from koordqos.strategies.intents import BEDir
 log = structlog.get_logger("koordqos.strategies")
 
 APPLY_CHUNK = 100  # cgroup writes handed to the executor between two yields to the loop
+# a strategy's long loop (over pods or dirs) yields to the event loop after this much time in one slice
+YIELD_AFTER_SECONDS = 0.002
 
 STRATEGY_RUNS = Counter(
     "koordqos_strategy_runs_total",
@@ -94,6 +96,22 @@ class QoSStrategy(Protocol):
     def interval(self, config: AgentConfig) -> float: ...
 
     async def run_once(self, state: NodeState, env: StrategyEnv) -> None: ...
+
+
+class Pace:
+    """Yield to the event loop once a slice has run YIELD_AFTER_SECONDS (by elapsed time, not by item
+    count: an item's cost varies from a dict lookup to a file read)."""
+
+    __slots__ = ("_since", "limit")
+
+    def __init__(self, limit: float = YIELD_AFTER_SECONDS) -> None:
+        self.limit = limit
+        self._since = time.perf_counter()
+
+    async def __call__(self) -> None:
+        if time.perf_counter() - self._since >= self.limit:
+            await asyncio.sleep(0)
+            self._since = time.perf_counter()
 
 
 @dataclass
@@ -158,25 +176,32 @@ class StrategyEnv:
 
     def be_cpuset_dirs(self, max_depth: int = 2) -> list[BEDir]:
         """The besteffort dir and its sub-dirs down to `max_depth`, in walk order (sorted, pre-order)."""
-        root = self.be_dir()
-        layout = self.layout
-        try:
-            if not layout.subsystem_dir(root, "cpuset").is_dir():
-                return []
-        except CgroupError:
-            return []
-        out: list[BEDir] = [BEDir(root, 0)]
-
-        def walk(rel: str, depth: int) -> None:
-            if depth > max_depth:
-                return
-            for name in layout.list_subdirs(rel, "cpuset"):  # beneath the root: no symlink followed
-                child_rel = f"{rel}/{name}"
-                out.append(BEDir(child_rel, depth))
-                walk(child_rel, depth + 1)
-
-        walk(root, 1)
+        walk = self._walk_be_dirs(max_depth)
+        out: list[BEDir] = []
+        for found in walk:
+            out += found
         return out
+
+    async def be_cpuset_dirs_paced(self, max_depth: int = 2, pace: Pace | None = None) -> list[BEDir]:
+        """`be_cpuset_dirs`, yielding to the loop between dir reads when a slice ran long (1,000 pods:
+        ~1,000 scandirs)."""
+        pace = pace or Pace()
+        out: list[BEDir] = []
+        for found in self._walk_be_dirs(max_depth):
+            out += found
+            await pace()
+        return out
+
+    def _walk_be_dirs(self, max_depth: int) -> Iterator[list[BEDir]]:
+        """The walk, one dir read at a time: yields the dirs each read adds, in pre-order."""
+        root = self.be_dir()
+        try:
+            if not self.layout.subsystem_dir(root, "cpuset").is_dir():
+                return
+        except CgroupError:
+            return
+        yield [BEDir(root, 0)]
+        yield from _walk_under(self.layout, root, 1, max_depth)
 
     def be_quota(self) -> int | None:
         """The besteffort dir's current cfs quota (µs; −1 unlimited), None when unreadable."""
@@ -243,6 +268,21 @@ class StrategyEnv:
             return evictor is not None and evictor.is_evicted(pod)
 
         return await kill_and_evict(tasks, is_evicted, evict_one)
+
+
+def _walk_under(layout: CgroupLayout, rel: str, depth: int, max_depth: int) -> Iterator[list[BEDir]]:
+    """Sub-dirs of `rel` in cpuset (sorted), each before its own sub-dirs, to `max_depth`; listed beneath
+    the cgroup root (`CgroupLayout.list_subdirs`): a dir swapped for a symlink is not descended into."""
+    if depth > max_depth:
+        return
+    entries = layout.list_subdirs(rel, "cpuset")
+    if depth == max_depth:  # the deepest level is listed, not read
+        yield [BEDir(f"{rel}/{name}", depth) for name in entries]
+        return
+    for name in entries:
+        child = f"{rel}/{name}"
+        yield [BEDir(child, depth)]
+        yield from _walk_under(layout, child, depth + 1, max_depth)
 
 
 @dataclass

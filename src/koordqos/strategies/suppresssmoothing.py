@@ -20,7 +20,7 @@ Two remedies, each behind its own flag (0 = koordlet's behaviour):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from koordqos.metrics.store import MetricStore
@@ -63,6 +63,12 @@ def smoothed_node_used(store: MetricStore, pod_uids: Iterable[str], samples: int
         last = store.last(MetricKind.POD_CPU_USAGE, uid)
         if last is not None:
             pods.append((last, store.values(MetricKind.POD_CPU_USAGE, uid, window=span)))
+    return _combine(store, node_last, pods, samples, span)
+
+
+def _combine(
+    store: MetricStore, node_last: float, pods: list[tuple[float, list[float]]], samples: int, span: float
+) -> float:
     node_values = store.values(MetricKind.NODE_CPU_USAGE, "", window=span)
     n = min([samples, len(node_values), *(len(v) for _, v in pods)])
     if n <= 1:
@@ -83,6 +89,28 @@ def suppress_usage(
         if v is not None:
             pod_used[uid] = v
     return smoothed_node_used(store, pod_used, samples), pod_used
+
+
+async def suppress_usage_paced(
+    store: MetricStore, pod_uids: Iterable[str], samples: int, pace: Callable[[], Awaitable[None]]
+) -> tuple[float | None, dict[str, float]]:
+    """`suppress_usage` in one pass over the pods, awaiting `pace` after each (1,000 pods: ~5 ms of
+    store queries with the 5 s window)."""
+    node_last = store.last(MetricKind.NODE_CPU_USAGE)
+    smooth = node_last is not None and samples > 1
+    span = (samples + 1) * store.collect_interval
+    pod_used: dict[str, float] = {}
+    pods: list[tuple[float, list[float]]] = []
+    for uid in pod_uids:
+        v = store.last(MetricKind.POD_CPU_USAGE, uid)
+        if v is not None:
+            pod_used[uid] = v
+            if smooth:
+                pods.append((v, store.values(MetricKind.POD_CPU_USAGE, uid, window=span)))
+        await pace()
+    if node_last is None or not smooth:
+        return node_last, pod_used
+    return _combine(store, node_last, pods, samples, span), pod_used
 
 
 @dataclass
