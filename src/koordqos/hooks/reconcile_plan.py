@@ -16,7 +16,6 @@ that a file changed behind the agent's back is still corrected.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -295,8 +294,4 @@ class ReconcilePlanner:
 
 
 def _subdirs(layout: CgroupLayout, rel: str) -> list[str]:
-    try:
-        base = layout.subsystem_dir(rel, "cpu")
-        return sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
-    except (OSError, CgroupError):
-        return []
+    return layout.list_subdirs(rel, "cpu")  # listed beneath the root: a symlinked dir is not followed
