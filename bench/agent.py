@@ -219,7 +219,7 @@ async def measure(
         longest_ms=top["seconds"] * 1000,
         longest_name=top["name"],
         longest_wall_ms=top["wall"] * 1000,
-        step_clock=loop.get("clock", "wall"),
+        step_clock=f"{loop.get('clock', 'wall')}, {loop.get('mode', 'off')}",
         dropped=dropped,
         creates_per_s=calls / elapsed,
         seconds=elapsed,
@@ -234,6 +234,7 @@ async def one_run(
     reporting: bool = True,
     profile: str = "",
     step_clock: str = "cpu",
+    event_loop: str = "",
 ) -> dict[str, Any]:
     node = SyntheticNode(workdir / "node", cpus=8)
     api = FakeAPIServer()
@@ -297,6 +298,8 @@ async def one_run(
         "--log-format",
         "json",
     ]
+    if event_loop:
+        cmd += ["--event-loop", event_loop]
     if not reporting:
         cmd += ["--enable-node-metric-report=false", "--feature-gates=NodeTopologyReport=false"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
@@ -377,6 +380,11 @@ def main() -> None:
         default="cpu",
         help="time loop steps by CPU or wall time (or not)",
     )
+    p.add_argument(
+        "--event-loop",
+        default="",
+        help="the agent's --event-loop (default: its own; uvloop is probed, unnamed)",
+    )
     p.add_argument("--profile", default="", help="py-spy each window into PREFIX-<pods>-<window>.txt (raw)")
     p.add_argument(
         "--reporting",
@@ -403,6 +411,7 @@ def main() -> None:
                             args.reporting == "on",
                             args.profile,
                             args.step_clock,
+                            args.event_loop,
                         )
                     )
                 except Exception as exc:  # one failed run (e.g. never ready under the load) is reported
