@@ -20,6 +20,7 @@ import json
 import os
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from _common import machine
@@ -56,9 +57,13 @@ async def _nri_phase(
             if i % step == 0:
                 v = t.vitals()
                 vitals.append((i, v.rss_kib, v.fds))
+                if t.heap_profile is not None and i == step:
+                    out.setdefault("heap_snapshots", []).append(str(await t.heap_snapshot()))
 
     started = time.monotonic()
     await asyncio.gather(*(worker(w) for w in range(workers)))
+    if t.heap_profile is not None:
+        out.setdefault("heap_snapshots", []).append(str(await t.heap_snapshot()))
     out["nri"] = {
         "requests": next_i,
         "seconds": round(time.monotonic() - started, 1),
@@ -104,6 +109,9 @@ async def _valid_session(t: FuzzTarget) -> dict[str, Any]:
     assert t.channel is not None
     batch = next(p for p in t.scenario.pods if p.name == "batch-job")
     worker = next(c for c in t.scenario.containers if c.pod_sandbox_id == batch.id)
+    # the mutated requests may have re-announced this sandbox id with other labels (a runtime's word is
+    # taken): a valid session starts the pod again, as a runtime would, then creates its container
+    await t.runtime.run_pod_sandbox(batch)
     resp = await t.runtime.create_container(batch, worker)
     res = resp.adjust.linux.resources if resp is not None else api.LinuxResources()
     nri_ok = res.cpu.shares.value == 1024 and res.memory.limit.value == 2 << 30
@@ -113,7 +121,7 @@ async def _valid_session(t: FuzzTarget) -> dict[str, Any]:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"machine": machine()}
-    async with FuzzTarget(request_timeout=10.0) as t:
+    async with FuzzTarget(request_timeout=10.0, heap_profile=args.heap_profile) as t:
         v = t.vitals()
         out["start"] = {"rss_kib": v.rss_kib, "fds": v.fds}
         if args.nri:
@@ -123,6 +131,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         out["crashed"] = not t.alive()
         if t.alive():
             out["valid_session"] = await _valid_session(t)
+            if t.heap_profile is not None:
+                out.setdefault("heap_snapshots", []).append(str(await t.heap_snapshot()))
             v = t.vitals()
             out["end"] = {"rss_kib": v.rss_kib, "fds": v.fds}
         else:
@@ -139,6 +149,15 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--stream-break-every", type=int, default=10_000, help="0: never break the byte stream")
     p.add_argument("--json", action="store_true", help="print the result as JSON only")
+    p.add_argument(
+        "--heap-profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="run the agent under koordqos.testing.heaptrace: tracemalloc from the warm-up (10 %% of the NRI"
+        " phase) on, snapshots then, after the NRI phase and at the end in DIR"
+        " (compare: python -m koordqos.testing.heaptrace --diff A B). Slow.",
+    )
     args = p.parse_args()
     result = asyncio.run(main_async(args))
     if args.json:

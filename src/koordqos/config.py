@@ -78,6 +78,9 @@ class NRISettings(_Group):
     connect_timeout_seconds: float = Field(6.0, gt=0)
     backoff_seconds: float = Field(1.0, gt=0)
     backoff_cap_seconds: float = Field(30.0, gt=0)
+    # how many runtime objects NodeState keeps (koordqos.nri.limits): far above a real node's
+    max_pod_sandboxes: int = Field(1024, ge=1)
+    max_containers: int = Field(8192, ge=1)
 
     @field_validator("plugin_index")
     @classmethod
@@ -321,6 +324,18 @@ FLAGS: tuple[Flag, ...] = (
     Flag("nri-plugin-index", "nri.plugin_index", "NRI plugin index (two digits)"),
     Flag("nri-backoff-cap-seconds", "nri.backoff_cap_seconds", "maximum NRI reconnect backoff", float),
     Flag(
+        "nri-max-pod-sandboxes",
+        "nri.max_pod_sandboxes",
+        "pod sandboxes of the runtime the agent keeps in its state; new ones past it are answered, not kept",
+        int,
+    ),
+    Flag(
+        "nri-max-containers",
+        "nri.max_containers",
+        "containers of the runtime the agent keeps in its state; new ones past it are answered, not kept",
+        int,
+    ),
+    Flag(
         "runtime-hooks-failure-policy", "hooks.failure_policy", "hook failure policy", str, ("Ignore", "Fail")
     ),
     Flag(
@@ -528,6 +543,8 @@ _METAVARS = {
     "runtime-hooks-addr": "SOCKET",
     "runtime-hooks-host-endpoint": "SOCKET",
     "runtime-hooks-max-connections": "N",
+    "nri-max-pod-sandboxes": "N",
+    "nri-max-containers": "N",
     "runtime-hooks-max-message-bytes": "BYTES",
     "runtime-hooks-config-path": "DIR",
     "runtime-hooks-disable-stages": "STAGE[,STAGE...]",

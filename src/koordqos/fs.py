@@ -89,6 +89,26 @@ def read_beneath(root: int | str | os.PathLike[str], relpath: str, limit: int = 
         os.close(fd)
 
 
+def subdirs_beneath(root: int | str | os.PathLike[str], relpath: str = "") -> list[str]:
+    """Sorted names of the real (non-symlink) sub-dirs of `relpath` beneath `root` ("": the root itself),
+    listed through a dir fd opened beneath the root, so a symlinked component is refused, not followed.
+
+    UnsafePathError for a symlinked component; OSError as `os.open` raises it (ENOENT, ...).
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY
+    if relpath:
+        fd = open_beneath(root, relpath, flags)
+    elif isinstance(root, int):
+        fd = os.open(".", flags | os.O_CLOEXEC, dir_fd=root)
+    else:
+        fd = os.open(root, flags | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as entries:
+            return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+    finally:
+        os.close(fd)
+
+
 def write_beneath(root: int | str | os.PathLike[str], relpath: str, text: str) -> None:
     """Write `text` to an existing (kernel) file beneath `root` (never created)."""
     fd = open_beneath(root, relpath, WRITE_FLAGS)

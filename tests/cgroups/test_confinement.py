@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 from koordqos.cgroups.executor import CgroupExecutor, CgroupWrite, Outcome
 from koordqos.cgroups.layout import PATH_REFUSED, CgroupDriver, CgroupLayout, check_relative
 from koordqos.cgroups.resources import CgroupVersion
+from koordqos.cgroups.threads import pod_thread_ids
 from koordqos.decisions import DecisionLog
 from koordqos.errors import PathEscapeError
 from koordqos.model.pod import PodInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.testing.nodefs import SyntheticNode
+from koordqos.testing.strategyenv import strategy_env
 
 HOSTILE_UIDS = ["../../etc", "..", "a/b", "/etc", "x\x00y", "", "uid/../../../x", ".hidden", "a b"]
 HOSTILE_IDS = [
@@ -169,3 +171,64 @@ async def test_a_pod_dir_swapped_for_a_symlink_between_two_writes_is_refused_at_
     assert (outside / "memory.limit_in_bytes").read_text() == "9223372036854771712\n"
     assert refused("symlink") == before + 1
     assert executor.read(pod_dir, "memory.limit_in_bytes") is None  # reads are confined the same way
+
+
+def _swap_for_symlink(node: SyntheticNode, tmp_path: Path, subsystem: str, rel: str) -> Path:
+    """Replace `rel` in `subsystem` by a symlink to a directory outside the root; returns that directory."""
+    real = node.cgroup_root / subsystem / rel
+    outside = tmp_path / f"outside-{subsystem}"
+    os.rename(real, outside)  # the outside dir keeps the files (and sub-dirs) the agent saw a moment ago
+    os.symlink(outside, real)
+    return outside
+
+
+def test_check_dir_is_not_cached_a_swap_is_seen_at_the_next_check(tmp_path: Path) -> None:
+    node = SyntheticNode(tmp_path / "node")
+    pod_dir = "kubepods/besteffort/podswap"
+    node.make_cgroup(pod_dir)
+    layout = node.layout
+    layout.check_dir(pod_dir, "cpu")  # a real dir: fine
+    _swap_for_symlink(node, tmp_path, "cpu", pod_dir)
+    before = refused("symlink")
+    with pytest.raises(PathEscapeError, match="symlink 'podswap'"):
+        layout.check_dir(pod_dir, "cpu")
+    assert refused("symlink") == before + 1
+    # the path string itself is only a string: no resolution, so nothing to remember
+    assert layout.subsystem_dir(pod_dir, "cpu") == node.cgroup_root / "cpu" / pod_dir
+    assert layout.file_rel(pod_dir, "cpu.shares") == f"cpu/{pod_dir}/cpu.shares"
+
+
+def test_pod_threads_are_not_read_through_a_pod_dir_swapped_for_a_symlink(tmp_path: Path) -> None:
+    # the resctrl hook assigns these tids to a group: read through a symlink they would be another cgroup's
+    node = SyntheticNode(tmp_path / "node")
+    pod_dir = "kubepods/besteffort/podswap"
+    node.make_cgroup(pod_dir)
+    node.make_cgroup(f"{pod_dir}/ctr1")
+    (node.cgroup_root / "cpu" / pod_dir / "tasks").write_text("10\n")
+    (node.cgroup_root / "cpu" / pod_dir / "ctr1" / "tasks").write_text("11\n12\n")
+    assert pod_thread_ids(node.layout, pod_dir) == [10, 11, 12]
+    outside = _swap_for_symlink(node, tmp_path, "cpu", pod_dir)
+    (outside / "tasks").write_text("1\n")  # e.g. the host's init
+    (outside / "ctr1" / "tasks").write_text("2\n")
+    assert pod_thread_ids(node.layout, pod_dir) == []
+
+
+def test_cgroup_listings_do_not_follow_a_dir_swapped_for_a_symlink(tmp_path: Path) -> None:
+    node = SyntheticNode(tmp_path / "node")
+    be = node.layout.qos_dir(KubeQoS.BESTEFFORT)
+    node.make_cgroup(f"{be}/poda")
+    assert node.layout.list_subdirs(be, "cpu") == ["poda"]
+    _swap_for_symlink(node, tmp_path, "cpu", be)
+    assert node.layout.list_subdirs(be, "cpu") == []
+    assert node.layout.list_subdirs("kubepods", "cpu") == ["burstable"]  # the symlink itself is no dir
+
+
+def test_be_cpuset_walk_does_not_descend_through_a_symlink(tmp_path: Path) -> None:
+    node = SyntheticNode(tmp_path / "node")
+    be = node.layout.qos_dir(KubeQoS.BESTEFFORT)
+    node.make_cgroup(f"{be}/poda/ctr")
+    env = strategy_env(node.layout)
+    assert [d.path for d in env.be_cpuset_dirs()] == [be, f"{be}/poda", f"{be}/poda/ctr"]
+    _swap_for_symlink(node, tmp_path, "cpuset", be)
+    # the QoS dir itself is still named (its writes are refused at the open); nothing below it is listed
+    assert [d.path for d in env.be_cpuset_dirs()] == [be]

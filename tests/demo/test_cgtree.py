@@ -3,12 +3,25 @@ own behaviour is covered by the real-kernel demo tests)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from koordqos.cgroups.resources import CgroupVersion
-from koordqos.demo.cgtree import BE_UID, LS_UID, PodTree, detect_version
+from koordqos.demo.cgtree import (
+    BE_UID,
+    LS_UID,
+    PodTree,
+    detect_version,
+    owner_alive,
+    process_start_ticks,
+    scratch_name,
+    stale_trees,
+    sweep_stale,
+)
 
 
 def v1_root(tmp: Path) -> Path:
@@ -93,3 +106,46 @@ def test_v2_tree_delegates_controllers_to_inner_dirs_only(tmp_path: Path) -> Non
     assert tree.be_quota() == 30_000
     (root / tree.be_qos_dir / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\n")
     assert tree.cpu_usage_seconds(tree.be_qos_dir) == pytest.approx(2.5)
+
+
+def _dead_pid() -> tuple[int, int]:
+    """A pid that existed (with its start time, read while it ran) and is gone now."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    ticks = process_start_ticks(proc.pid)
+    assert ticks is not None
+    proc.communicate(b"")
+    return proc.pid, ticks
+
+
+def test_tree_names_record_their_owner_and_a_gone_owner_is_recognised() -> None:
+    mine = scratch_name()
+    assert mine.startswith(f"koordqos-demo-{os.getpid()}-")
+    assert owner_alive(mine) is True
+    pid, ticks = _dead_pid()
+    assert owner_alive(f"koordqos-demo-{pid}-{ticks}-abcdef12") is False
+    # a live pid with another start time is a reused pid: not the owner
+    assert owner_alive(f"koordqos-demo-{os.getpid()}-1-abcdef12") is False
+    assert owner_alive("koordqos-demo-0123456789ab") is None  # an older name: owner unknown, left alone
+    assert owner_alive("koordqos-demo-test") is None
+
+
+@pytest.mark.parametrize("version", [CgroupVersion.V1, CgroupVersion.V2])
+def test_sweep_removes_only_the_trees_of_gone_demos(tmp_path: Path, version: CgroupVersion) -> None:
+    root = v1_root(tmp_path) if version is CgroupVersion.V1 else v2_root(tmp_path)
+    pid, ticks = _dead_pid()
+    stale = PodTree(name=f"koordqos-demo-{pid}-{ticks}-0000aaaa", root=root, version=version)
+    live = PodTree(root=root, version=version)
+    unknown = PodTree(name="koordqos-demo-0123456789ab", root=root, version=version)
+    for tree in (stale, live, unknown):
+        tree.create(cpus=2, ls_request_milli=1000)
+    assert stale_trees(root, version) == [stale.name]
+    # on a plain directory tree rmdir needs the files gone; on cgroupfs the kernel's files go with the dir
+    for base in stale.mount_sources().values():
+        for dirpath, _dirs, files in os.walk(base):
+            for f in files:
+                os.unlink(os.path.join(dirpath, f))
+    assert sweep_stale(root, version) == [stale.name]
+    assert not stale.exists()
+    assert live.exists()
+    assert unknown.exists()
+    assert sweep_stale(root, version) == []

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from koordqos.demo import main as demo_main
-from koordqos.demo.cgtree import REAL_ROOT, unavailable_reason
+from koordqos.demo.cgtree import REAL_ROOT, sweep_stale, unavailable_reason
 from koordqos.demo.options import DemoOptions
 from koordqos.testing.poll import wait_until_sync
 from koordqos.testing.scratchcg import REAL_SUBSYSTEMS
@@ -141,23 +141,9 @@ def test_real_kernel_demo_measures_latency_and_removes_its_cgroups(tmp_path: Pat
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_real_demo_still_removes_its_cgroups(tmp_path: Path, sig: signal.Signals) -> None:
     before = scratch_dirs()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "koordqos", "demo", "--no-live", "--out", str(tmp_path), "--phase-seconds=30"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # the probes run inside the tree (it is in use: removal must kill them first)
+    proc, name = _start_real_demo(tmp_path, before)
     try:
-        wait_until_sync(lambda: bool(scratch_dirs() - before), 60, 0.05, "the demo's scratch tree")
-        (name,) = scratch_dirs() - before
-        # the probes run inside it (the tree is in use: removal must kill them first)
-        probes = REAL_ROOT / "cpu" / name / "kubepods" / "burstable"
-
-        def probes_running() -> bool:
-            files = list(probes.glob("pod*/probe/cgroup.procs"))
-            return bool(files) and bool(files[0].read_text().split())
-
-        wait_until_sync(probes_running, 60, 0.05, "the probes in their cgroup")
         proc.send_signal(sig)
         rc = proc.wait(timeout=60)
     finally:
@@ -172,6 +158,51 @@ def test_interrupted_real_demo_still_removes_its_cgroups(tmp_path: Path, sig: si
     assert report["error"].startswith("interrupted")
     assert report["scratch"]["removed"] is True
     # an occupied cgroup cannot be removed: no probe or burner outlived the demo in it
+
+
+def _start_real_demo(out: Path, before: set[str]) -> tuple[subprocess.Popen[str], str]:
+    """A real-kernel demo subprocess, once its scratch tree exists and its probes run inside it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "koordqos", "demo", "--no-live", "--out", str(out), "--phase-seconds=30"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until_sync(lambda: bool(scratch_dirs() - before), 60, 0.05, "the demo's scratch tree")
+        (name,) = scratch_dirs() - before
+        probes = REAL_ROOT / "cpu" / name / "kubepods" / "burstable"
+
+        def probes_running() -> bool:
+            files = list(probes.glob("pod*/probe/cgroup.procs"))
+            return bool(files) and bool(files[0].read_text().split())
+
+        wait_until_sync(probes_running, 60, 0.05, "the probes in their cgroup")
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=30)
+        raise
+    return proc, name
+
+
+@pytest.mark.cgroupv1
+@pytest.mark.usefixtures("real_kernel")
+def test_a_killed_demos_cgroups_are_removed_at_the_next_demo_start(tmp_path: Path) -> None:
+    before = scratch_dirs()
+    proc, name = _start_real_demo(tmp_path / "killed", before)
+    proc.kill()  # SIGKILL: no handler, no atexit, nothing of the demo cleans up
+    proc.communicate(timeout=30)
+    assert name in scratch_dirs()
+    assert name.startswith(f"koordqos-demo-{proc.pid}-")  # the tree names its owner
+    try:
+        # a short run (its agent fails at once): the sweep runs at its start
+        rc, stdout, stderr = demo(tmp_path / "next", "--phase-seconds", "1", "--agent-arg=--no-such-flag")
+    finally:
+        sweep_stale()  # whatever happened above, leave no tree of the killed demo behind
+    assert rc == 1, stderr
+    assert f"removed stale scratch cgroups {name} (its demo process is gone)" in stdout
+    assert name not in scratch_dirs()
+    assert scratch_dirs() <= before
 
 
 def test_without_root_it_says_so_in_one_line_and_offers_synthetic(

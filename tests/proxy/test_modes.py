@@ -13,6 +13,7 @@ from koordqos.cgroups.executor import CgroupExecutor, CgroupWrite, Level
 from koordqos.cgroups.resources import CgroupVersion, get_resource, render, same_value
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.proxy.api import runtime_api_pb2 as rpb
+from koordqos.testing.poll import wait_until
 
 from .conftest import GI, AgentEnv, PodSpec, be_pod, container_request, lsr_pod, pod_request, running_agent
 
@@ -196,6 +197,13 @@ async def test_same_pod_same_cgroup_values_in_nri_and_proxy_mode(
         node.make_cgroup(cdir)
         inherited = executor.read(cdir, "cpuset.cpus")
         await runtime_applies(executor, cdir, kubelet, answer)
+        # The agent's reconciler (every 0.1 s) may be writing the same files right now (a memory limit in a
+        # worker thread): on the synthetic node's plain files a read between its truncate and its write
+        # sees "". Read the values the node ends with: after a pass that began once ours were written.
+        reconciler = env.agent.parts.reconciler
+        assert reconciler is not None
+        after = reconciler.passes + 2  # the pass running now may have read the files before our writes
+        await wait_until(lambda: reconciler.passes >= after, timeout=30, message="two reconcile passes")
         wrong = []
         for (level, name), want in EXPECTED[case].items():
             raw = executor.read(pod_dir if level == "pod" else cdir, name)

@@ -10,6 +10,7 @@ import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from grpclib.client import Channel
@@ -30,7 +31,7 @@ from koordqos.proxy.api import runtime_api_pb2 as rpb
 from koordqos.proxy.api.runtime_api_grpc import RuntimeHookServiceStub
 from koordqos.proxy.convert import ProxyConverter
 from koordqos.proxy.registration import RegistrationFile, proxy_stages, render_registration
-from koordqos.proxy.server import CorkedTransport, ProxyServer
+from koordqos.proxy.server import CLOSED_STREAMS_KEPT, CorkedTransport, ProxyServer, _CorkedServer
 from koordqos.proxy.service import RuntimeHookService
 from koordqos.testing.poll import wait_until
 
@@ -378,3 +379,27 @@ async def test_a_hook_overrunning_the_deadline(short_dir: Path, policy: FailureP
                 await stub.PreCreateContainerHook(_container_req())
             assert err.value.status is Status.UNKNOWN
             assert "deadline" in (err.value.message or "")
+
+
+async def test_a_long_lived_connection_remembers_a_bounded_number_of_closed_streams(
+    short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # h2 keeps 65,536 closed streams per connection (~135 bytes each): the fuzz run's one proxy connection
+    # grew the agent's RSS by ~130 KiB per 1,000 requests until then
+    made: list[Any] = []
+    factory = _CorkedServer._protocol_factory
+
+    def recording(self: _CorkedServer) -> Any:
+        protocol = factory(self)
+        made.append(protocol)
+        return protocol
+
+    monkeypatch.setattr(_CorkedServer, "_protocol_factory", recording)
+    async with served(make_server(short_dir)) as stub:
+        for _ in range(CLOSED_STREAMS_KEPT + 300):
+            assert await _answers(stub)
+        [protocol] = made
+        h2 = protocol.connection._connection
+        assert CLOSED_STREAMS_KEPT // 2 < len(h2._closed_streams) <= CLOSED_STREAMS_KEPT
+        assert len(h2.streams) <= 2  # open ones are pruned as new streams arrive
+        assert await _answers(stub)  # and the connection goes on serving

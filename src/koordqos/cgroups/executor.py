@@ -147,6 +147,10 @@ def write_file(path: os.PathLike[str] | str, text: str) -> None:
         os.close(fd)
 
 
+def _refusal(exc: UnsafePathError) -> str:
+    return f"{exc}: not followed, it could lead outside the cgroup root"
+
+
 class CgroupExecutor:
     """Applies cgroup write intents; shared by every strategy and hook (service "executor")."""
 
@@ -246,7 +250,6 @@ class CgroupExecutor:
             return
         self._cache = {k: v for k, v in self._cache.items() if not k[0].startswith(parent_prefix)}
         self._paths = {k: v for k, v in self._paths.items() if not k[0].startswith(parent_prefix)}
-        self.layout.forget(parent_prefix)
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -326,7 +329,7 @@ class CgroupExecutor:
             current = read_file(path)
         except UnsafePathError as exc:
             PATH_REFUSED.labels("symlink").inc()
-            return self._problem(strategy, reason, w, Outcome.REFUSED, str(exc))
+            return self._problem(strategy, reason, w, Outcome.REFUSED, _refusal(exc))
         except (FileNotFoundError, NotADirectoryError):
             return self._missing(w, path)
         except OSError as exc:
@@ -349,7 +352,9 @@ class CgroupExecutor:
         except UnsafePathError as exc:
             # a dir swapped for a symlink after the read: refused at the write itself
             PATH_REFUSED.labels("symlink").inc()
-            return self._problem(strategy, reason, w, Outcome.REFUSED, str(exc), old=current.strip(), new=new)
+            return self._problem(
+                strategy, reason, w, Outcome.REFUSED, _refusal(exc), old=current.strip(), new=new
+            )
         except (FileNotFoundError, NotADirectoryError):
             return self._missing(w, path)
         except OSError as exc:

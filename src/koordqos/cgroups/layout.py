@@ -2,9 +2,12 @@
 
 Directories are handled as paths *relative* to the hierarchy ("kubepods/besteffort/pod<uid>"); `file_path`
 turns (relative dir, resource) into an absolute file path: `<root>/<subsystem>/<dir>/<file>` on v1,
-`<root>/<dir>/<file>` on v2. Every such path is confined under the cgroup root: relative dirs with `..`,
-absolute parts or NUL bytes are refused, and the resolved path (symlinks followed) must stay inside the root;
-violations raise `PathEscapeError` and are counted.
+`<root>/<dir>/<file>` on v2. Names are checked as strings (relative dirs with `..`, absolute parts or NUL
+bytes raise `PathEscapeError`, counted), but a path string is never the confinement: a checked name can
+still be a symlink on disk, and a directory can be swapped for one at any time. Files are opened beneath the
+root one component at a time without following symlinks (`koordqos.fs.open_beneath`; `file_rel` /
+`subsystem_rel` give the path relative to the root for that), at every open. `check_dir` is an early,
+uncached, advisory look for a symlinked component (a clear error for a planner); nothing relies on it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from prometheus_client import Counter
 
 from koordqos import observability as obs
 from koordqos.cgroups.resources import CgroupVersion, Resource, get_resource
-from koordqos.errors import CgroupError, PathEscapeError
+from koordqos.errors import CgroupError, PathEscapeError, UnsafePathError
+from koordqos.fs import open_beneath, subdirs_beneath
 from koordqos.model.pod import PodInfo
 from koordqos.model.qos import KubeQoS
 
@@ -129,8 +133,6 @@ class CgroupLayout:
         self.hybrid = hybrid
         self.proc_root = Path(proc_root)
         self.sys_root = Path(sys_root)
-        self._real_root = os.path.realpath(self.root)
-        self._confined: set[tuple[str, str]] = set()  # (subsystem, rel) already checked for symlink escape
         self._caps: dict[str, bool] = {}
         self._core_sched: tuple[bool, str] | None = None
 
@@ -269,26 +271,48 @@ class CgroupLayout:
 
     # -- paths ------------------------------------------------------------------------------------
 
-    def subsystem_dir(self, rel: str, subsystem: str) -> Path:
-        """Absolute dir for `rel` in `subsystem` (v1: `<root>/<subsystem>/<rel>`; v2: `<root>/<rel>`)."""
+    def subsystem_rel(self, rel: str, subsystem: str) -> str:
+        """`rel` in `subsystem`, relative to the root (v1: `<subsystem>/<rel>`, v2: `<rel>`; "": the root)."""
         rel = check_relative(rel)
-        base = self.root / subsystem if self.version is CgroupVersion.V1 else self.root
-        path = base / rel if rel else base
-        key = (subsystem if self.version is CgroupVersion.V1 else "", rel)
-        if key not in self._confined:
-            self._confine(path)
-            if len(self._confined) > 65536:  # bound the memo; pods come and go
-                self._confined.clear()
-            self._confined.add(key)
-        return path
+        if self.version is CgroupVersion.V1:
+            return f"{subsystem}/{rel}" if rel else subsystem
+        return rel
 
-    def _confine(self, path: Path) -> None:
-        real = os.path.realpath(path)
-        if real != self._real_root and not real.startswith(self._real_root.rstrip("/") + "/"):
+    def subsystem_dir(self, rel: str, subsystem: str) -> Path:
+        """Absolute dir for `rel` in `subsystem` (v1: `<root>/<subsystem>/<rel>`; v2: `<root>/<rel>`).
+
+        A path string only (names checked, nothing resolved): open what is under it with
+        `koordqos.fs.open_beneath(layout.root, ...)`, never by this string.
+        """
+        sub = self.subsystem_rel(rel, subsystem)
+        return self.root / sub if sub else self.root
+
+    def check_dir(self, rel: str, subsystem: str) -> None:
+        """Advisory: PathEscapeError (counted) when a component of `rel` in `subsystem` is a symlink now.
+
+        Not cached and not the confinement (the dir can be swapped right after): it gives planners a clear
+        early refusal; every open is confined by itself. A missing dir is no escape and passes.
+        """
+        sub = self.subsystem_rel(rel, subsystem)
+        if not sub:
+            return
+        try:
+            os.close(open_beneath(self.root, sub, os.O_DIRECTORY | getattr(os, "O_PATH", os.O_RDONLY)))
+        except UnsafePathError as exc:
             PATH_REFUSED.labels("symlink").inc()
             raise PathEscapeError(
-                f"cgroup path {str(path)!r} resolves to {real!r}, outside {self._real_root!r}"
-            )
+                f"cgroup dir {rel!r} in {subsystem}: {exc}; a symlink could lead outside {str(self.root)!r}"
+            ) from None
+        except OSError:
+            return
+
+    def list_subdirs(self, rel: str, subsystem: str) -> list[str]:
+        """Sorted names of the real sub-dirs of `rel` in `subsystem`, listed beneath the root
+        (`fs.subdirs_beneath`); [] when it is missing, unreadable or reached through a symlink."""
+        try:
+            return subdirs_beneath(self.root, self.subsystem_rel(rel, subsystem))
+        except (OSError, CgroupError, UnsafePathError):
+            return []
 
     def file_name(self, resource: Resource | str) -> str:
         """The file of `resource` on this hierarchy (ResourceUnsupported if it has none)."""
@@ -299,15 +323,15 @@ class CgroupLayout:
         return name
 
     def file_path(self, rel: str, resource: Resource | str) -> Path:
-        """Absolute, confined path of `resource`'s file in relative dir `rel`."""
+        """Absolute path of `resource`'s file in relative dir `rel` (a string: open it with `file_rel`)."""
+        return self.root / self.file_rel(rel, resource)
+
+    def file_rel(self, rel: str, resource: Resource | str) -> str:
+        """`resource`'s file in relative dir `rel`, relative to the root (for `fs.open_beneath`)."""
         res = get_resource(resource) if isinstance(resource, str) else resource
         name = self.file_name(res)
-        path = self.subsystem_dir(rel, res.subsystem) / name
-        return path
-
-    def forget(self, rel_prefix: str) -> None:
-        """Drop memoised confinement checks under `rel_prefix` (after a dir was removed)."""
-        self._confined = {k for k in self._confined if not k[1].startswith(rel_prefix)}
+        sub = self.subsystem_rel(rel, res.subsystem)
+        return f"{sub}/{name}" if sub else name
 
     # -- capabilities -----------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The scratch pod tree on this machine's real cgroup hierarchy (v1 per-controller dirs, or v2 unified).
 
 ```
-<scratch>/                             uniquely named (koordqos-demo-<hex>); the agent's cgroup root
+<scratch>/                             koordqos-demo-<pid>-<start>-<hex>; the agent's cgroup root
 <scratch>/system                       the agent process (a node's system part)
 <scratch>/demo                         the demo process itself while it runs (so it is not starved either)
 <scratch>/kubepods/burstable/pod<ls>/probe    the LS probes
@@ -10,12 +10,19 @@
 cpu.shares (v1) / cpu.weight (v2) are set as kubelet sets them (besteffort 2, burstable pods by request),
 and the scratch dir itself can get a large share so the rest of the machine does not starve the probes.
 `cleanup()` kills whatever still runs inside and removes every dir, deepest first.
+
+The name carries the owning demo process (pid and its start time in clock ticks since boot, so a reused pid
+is not taken for the owner). A SIGKILLed demo cannot clean up; `sweep_stale()`, run at every real-kernel
+demo start, removes the trees whose owner is gone (what still runs inside them, e.g. an orphaned agent, is
+killed first). Trees of a live demo, and dirs of any other name, are left alone.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -33,6 +40,39 @@ LS_CONTAINER = "probe"
 BE_CONTAINER = "burner"
 MAX_SHARES = 262144
 CFS_PERIOD = 100_000
+
+
+NAME_PREFIX = "koordqos-demo-"
+_NAME_RE = re.compile(r"^koordqos-demo-(\d+)-(\d+)-[0-9a-f]+$")
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot, /proc/<pid>/stat field 22); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parens: fields after the last ")" start at field 3
+    try:
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def scratch_name(pid: int | None = None) -> str:
+    """A unique scratch tree name owned by `pid` (this process by default)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{NAME_PREFIX}{pid}-{process_start_ticks(pid) or 0}-{uuid.uuid4().hex[:8]}"
+
+
+def owner_alive(name: str) -> bool | None:
+    """Whether the demo that made tree `name` still runs; None for a name that records no owner."""
+    found = _NAME_RE.match(name)
+    if found is None:
+        return None
+    pid, ticks = int(found[1]), int(found[2])
+    return process_start_ticks(pid) == ticks
 
 
 def detect_version(root: Path = REAL_ROOT) -> CgroupVersion | None:
@@ -66,7 +106,7 @@ def unavailable_reason(root: Path = REAL_ROOT) -> str | None:
 class PodTree:
     """The scratch tree (see the module docstring) and the operations the demo needs on it."""
 
-    name: str = field(default_factory=lambda: f"koordqos-demo-{uuid.uuid4().hex[:12]}")
+    name: str = field(default_factory=scratch_name)
     root: Path = REAL_ROOT
     version: CgroupVersion = CgroupVersion.V1
     made: list[str] = field(default_factory=list)
@@ -277,3 +317,34 @@ class PodTree:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)  # a killed process takes a moment to leave its cgroup
+
+
+def stale_trees(root: Path = REAL_ROOT, version: CgroupVersion = CgroupVersion.V1) -> list[str]:
+    """Names of the scratch trees under `root` whose owning demo process is gone (sorted)."""
+    bases = [root / c for c in REAL_SUBSYSTEMS] if version is CgroupVersion.V1 else [root]
+    names: set[str] = set()
+    for base in bases:
+        try:
+            with os.scandir(base) as entries:
+                names.update(
+                    e.name
+                    for e in entries
+                    if e.name.startswith(NAME_PREFIX) and e.is_dir(follow_symlinks=False)
+                )
+        except OSError:
+            continue
+    return sorted(n for n in names if owner_alive(n) is False)
+
+
+def sweep_stale(root: Path = REAL_ROOT, version: CgroupVersion = CgroupVersion.V1) -> list[str]:
+    """Remove the scratch trees of demos that died without cleaning up (see the module docstring); returns
+    their names. A tree that cannot be removed is reported on stderr and left."""
+    removed = []
+    for name in stale_trees(root, version):
+        try:
+            PodTree(name=name, root=root, version=version).cleanup()
+        except OSError as exc:
+            print(f"koordqos demo: cannot remove stale scratch cgroups {name}: {exc}", file=sys.stderr)
+            continue
+        removed.append(name)
+    return removed

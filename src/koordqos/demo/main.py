@@ -63,7 +63,7 @@ def run(opts: DemoOptions) -> int:
         guard.push("close the view", view.close)
         guard.push("keep the agent log", lambda: _keep_log(workdir / "agent.log", out / "agent.log"))
         try:
-            asyncio.run(Runner(opts, backend, view, workdir).run(result))
+            asyncio.run(guard.interruptible(Runner(opts, backend, view, workdir).run(result)))
         except Interrupted as exc:
             result.error = f"interrupted ({exc})"
             rc = 130

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.demo.agentproc import AgentSpec
-from koordqos.demo.cgtree import PodTree, detect_version
+from koordqos.demo.cgtree import PodTree, detect_version, sweep_stale
 from koordqos.demo.exitguard import ExitGuard
 
 
@@ -45,7 +45,10 @@ class RealNode:
         return str(self.tree.version)
 
     def setup(self, ls_request_milli: int) -> None:
-        """Create the scratch tree (removed by the exit guard) and the agent's mount points."""
+        """Remove the trees of demos that were killed, then create the scratch tree (removed by the exit
+        guard) and the agent's mount points."""
+        for name in sweep_stale(self.tree.root, self.tree.version):
+            print(f"removed stale scratch cgroups {name} (its demo process is gone)")
         self.guard.push(f"remove scratch cgroups {self.tree.name}", self.tree.cleanup)
         self.tree.create(self.cpus, ls_request_milli, self.root_shares)
         before = self.tree.enter(self.tree.demo_dir)

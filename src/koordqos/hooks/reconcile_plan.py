@@ -9,7 +9,6 @@ Pods in phase Succeeded/Failed are skipped (project decision §8.6).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -211,8 +210,4 @@ class ReconcilePlanner:
 
 
 def _subdirs(layout: CgroupLayout, rel: str) -> list[str]:
-    try:
-        base = layout.subsystem_dir(rel, "cpu")
-        return sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
-    except (OSError, CgroupError):
-        return []
+    return layout.list_subdirs(rel, "cpu")  # listed beneath the root: a symlinked dir is not followed

@@ -41,5 +41,5 @@ def host_app_dir(layout: CgroupLayout, path: CgroupPath) -> str:
     rel = "/".join(p for p in (base_dir(layout, path.base), parent, relative) if p)
     subsystems = MEASURED_SUBSYSTEMS if layout.version is CgroupVersion.V1 else MEASURED_SUBSYSTEMS[:1]
     for subsystem in subsystems:
-        layout.subsystem_dir(rel, subsystem)  # raises PathEscapeError for a symlink out of the root
+        layout.check_dir(rel, subsystem)  # advisory: a clear refusal now; every open is confined anyway
     return rel

@@ -27,6 +27,7 @@ from koordqos.hooks.core import call_deadline as hook_deadline
 from koordqos.nri import metrics as m
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.connection import ConnectionClosedError, NRIConnection
+from koordqos.nri.limits import RuntimeObjectLimits
 from koordqos.nri.mask import (
     DEFAULT_EVENTS,
     STAGE_EVENTS,
@@ -94,6 +95,7 @@ class NRIPlugin:
         self.syncs = 0  # completed Synchronize exchanges over the life of the plugin
         self.sessions = 0
         self.timings: dict[str, list[float]] | None = None  # plugin-side seconds per method, when enabled
+        self.limits = RuntimeObjectLimits(settings.max_pod_sandboxes, settings.max_containers)
         self.set_status("connecting")
 
     @classmethod

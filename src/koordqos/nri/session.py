@@ -54,6 +54,7 @@ from koordqos.nri.events import (
     runtime_container,
     runtime_sandbox,
 )
+from koordqos.nri.limits import RuntimeObjectLimits
 from koordqos.nri.mask import VALID_EVENTS_LEGACY, parse_event_mask, validate_event_mask
 from koordqos.nri.ttrpc import Code, encode_response
 from koordqos.once import SeenOnce
@@ -81,6 +82,7 @@ class SessionOwner(Protocol):
     failure_policy: FailurePolicy
     syncs: int
     timings: dict[str, list[float]] | None
+    limits: RuntimeObjectLimits
 
     def set_status(self, value: str) -> None: ...
 
@@ -279,8 +281,9 @@ class PluginSession:
         req = parse_payload(api.SynchronizeRequest, payload, "Synchronize")
         if self._sync_started is None:
             self._sync_started = received  # one request timeout covers the whole chunked exchange
-        self._sync_pods.extend(req.pods)
-        self._sync_containers.extend(req.containers)
+        limits = self.plugin.limits  # a runtime could send `more` chunks forever
+        self._sync_pods.extend(limits.cap("sandbox", self._sync_pods, list(req.pods)))
+        self._sync_containers.extend(limits.cap("container", self._sync_containers, list(req.containers)))
         if req.more:
             return api.SynchronizeResponse(more=True).SerializeToString()
         started = self._sync_started
@@ -325,7 +328,9 @@ class PluginSession:
     # -- lifecycle events -------------------------------------------------------------------------
 
     async def _pod_event(self, cls: type[NRIPodEvent], pod: api.PodSandbox, received: float, tn: int) -> None:
-        if cls is not NRIRemovePodSandbox:
+        if cls is not NRIRemovePodSandbox and self.plugin.limits.admit(
+            "sandbox", self.bus.state.sandboxes, pod.id
+        ):
             self._publish(RuntimeSandboxUpserted(runtime_sandbox(pod)))
         await self._request(cls(pod), received, tn)
         if cls is NRIRemovePodSandbox:
@@ -340,7 +345,10 @@ class PluginSession:
         return handler
 
     def _container_upserted(self, pod: api.PodSandbox, ctr: api.Container, state: str | None = None) -> None:
-        uid = pod.uid or getattr(self.bus.state.sandboxes.get(ctr.pod_sandbox_id), "uid", "")
+        node = self.bus.state
+        if not self.plugin.limits.admit("container", node.containers, ctr.id):
+            return
+        uid = pod.uid or getattr(node.sandboxes.get(ctr.pod_sandbox_id), "uid", "")
         self._publish(RuntimeContainerUpserted(runtime_container(ctr, uid, state)))
 
     async def _create_container(self, payload: bytes, received: float, tn: int) -> bytes:

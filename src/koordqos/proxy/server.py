@@ -21,8 +21,11 @@ from typing import Any, cast
 
 import structlog
 from grpclib.server import Server
+from h2.connection import H2Connection
+from h2.utilities import SizeLimitDict
 
 from koordqos.errors import ConfigError
+from koordqos.once import SeenOnce
 from koordqos.proxy import metrics as m
 from koordqos.proxy.registration import RegistrationFile
 from koordqos.proxy.service import RuntimeHookService
@@ -31,6 +34,7 @@ log = structlog.get_logger("koordqos.proxy")
 
 SOCKET_MODE = 0o600
 MAX_UNIX_PATH = 107  # sun_path is 108 bytes including the terminating NUL
+_LAYOUT_WARNED: SeenOnce[str] = SeenOnce()
 
 
 def _is_live(path: Path) -> bool:
@@ -119,6 +123,21 @@ class CorkedTransport:
         return getattr(self._transport, name)
 
 
+#: Closed streams an HTTP/2 connection remembers (h2 keeps 65,536 by default, ~135 bytes each: ~8.5 MiB per
+#: long-lived connection, up to --runtime-hooks-max-connections of them). The memory only tells a late frame
+#: on a just-closed stream from a protocol error; a unary server has at most its in-flight streams there.
+CLOSED_STREAMS_KEPT = 1024
+
+
+def bound_closed_streams(protocol: Any) -> None:
+    """Make a grpclib connection's h2 state remember at most CLOSED_STREAMS_KEPT closed streams."""
+    h2 = getattr(getattr(protocol, "connection", None), "_connection", None)
+    if isinstance(h2, H2Connection) and isinstance(h2._closed_streams, SizeLimitDict):
+        h2._closed_streams = SizeLimitDict(h2._closed_streams, size_limit=CLOSED_STREAMS_KEPT)
+    elif _LAYOUT_WARNED.first("h2"):  # another grpclib/h2 layout: h2's own bound (65,536) still holds
+        log.warning("cannot bound the HTTP/2 closed-stream memory: unexpected grpclib/h2 internals")
+
+
 class _CorkedServer(Server):
     """grpclib Server whose connections write through a CorkedTransport, at most `max_connections` at once.
 
@@ -154,6 +173,7 @@ class _CorkedServer(Server):
             if isinstance(transport, asyncio.Transport):
                 transport = cast(asyncio.Transport, CorkedTransport(transport))
             made(transport)
+            bound_closed_streams(protocol)
 
         def connection_lost(exc: Exception | None) -> None:
             nonlocal counted

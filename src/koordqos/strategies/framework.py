@@ -9,7 +9,6 @@ logged, counted and skipped; the strategy runs again at its next interval.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -197,13 +196,12 @@ class StrategyEnv:
         """The walk, one dir read at a time: yields the dirs each read adds, in pre-order."""
         root = self.be_dir()
         try:
-            base = self.layout.subsystem_dir(root, "cpuset")
+            if not self.layout.subsystem_dir(root, "cpuset").is_dir():
+                return
         except CgroupError:
             return
-        if not base.is_dir():
-            return
         yield [BEDir(root, 0)]
-        yield from _walk_under(str(base), root, 1, max_depth)
+        yield from _walk_under(self.layout, root, 1, max_depth)
 
     def be_quota(self) -> int | None:
         """The besteffort dir's current cfs quota (µs; −1 unlimited), None when unreadable."""
@@ -272,21 +270,19 @@ class StrategyEnv:
         return await kill_and_evict(tasks, is_evicted, evict_one)
 
 
-def _walk_under(abs_dir: str, rel: str, depth: int, max_depth: int) -> Iterator[list[BEDir]]:
-    """Sub-dirs of `abs_dir` (sorted; no symlink followed), each before its own sub-dirs, to `max_depth`."""
+def _walk_under(layout: CgroupLayout, rel: str, depth: int, max_depth: int) -> Iterator[list[BEDir]]:
+    """Sub-dirs of `rel` in cpuset (sorted), each before its own sub-dirs, to `max_depth`; listed beneath
+    the cgroup root (`CgroupLayout.list_subdirs`): a dir swapped for a symlink is not descended into."""
     if depth > max_depth:
         return
-    try:
-        entries = sorted(e.name for e in os.scandir(abs_dir) if e.is_dir(follow_symlinks=False))
-    except OSError:
-        return
+    entries = layout.list_subdirs(rel, "cpuset")
     if depth == max_depth:  # the deepest level is listed, not read
         yield [BEDir(f"{rel}/{name}", depth) for name in entries]
         return
     for name in entries:
         child = f"{rel}/{name}"
         yield [BEDir(child, depth)]
-        yield from _walk_under(os.path.join(abs_dir, name), child, depth + 1, max_depth)
+        yield from _walk_under(layout, child, depth + 1, max_depth)
 
 
 @dataclass

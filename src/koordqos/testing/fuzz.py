@@ -189,7 +189,12 @@ class Vitals:
 class FuzzTarget:
     """A mock runtime (in this process) and the agent subprocess on the colocation scenario's node."""
 
-    def __init__(self, request_timeout: float = 5.0, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        request_timeout: float = 5.0,
+        extra_args: tuple[str, ...] = (),
+        heap_profile: Path | None = None,
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="kqfuzz-", dir="/tmp"))  # short: unix socket paths
         self.scenario = colocation(self.dir / "node")
         self.nri_sock = self.dir / "nri.sock"
@@ -200,6 +205,9 @@ class FuzzTarget:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.dir / "agent.log"
         self.channel: Channel | None = None
+        # run the agent under koordqos.testing.heaptrace, snapshots as <heap_profile>/heap.<n>.snap
+        self.heap_profile = heap_profile
+        self._heap_dumps = 0
 
     @staticmethod
     def seed_scenario() -> Scenario:
@@ -230,14 +238,24 @@ class FuzzTarget:
         return Vitals(rss, len(os.listdir(f"/proc/{self.pid}/fd")))
 
     async def __aenter__(self) -> FuzzTarget:
+        try:
+            return await self._start()
+        except BaseException:
+            await self.__aexit__(None, None, None)  # an agent that never joined must not outlive the bench
+            raise
+
+    async def _start(self) -> FuzzTarget:
         await self.runtime.start()
         node = self.scenario.node
         env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
         env["HOME"] = str(self.dir)  # no ~/.kube/config: local mode
+        entry = ["-m", "koordqos"]
+        if self.heap_profile is not None:
+            self.heap_profile.mkdir(parents=True, exist_ok=True)
+            entry = ["-m", "koordqos.testing.heaptrace", str(self.heap_profile / "heap")]
         argv = [
             sys.executable,
-            "-m",
-            "koordqos",
+            *entry,
             "run",
             "--nri-socket",
             str(self.nri_sock),
@@ -268,6 +286,16 @@ class FuzzTarget:
         await wait_until(self.proxy_sock.exists, timeout=30, message="the proxy hook socket")
         self.channel = Channel(path=str(self.proxy_sock), codec=RawCodec())
         return self
+
+    async def heap_snapshot(self, timeout: float = 120.0) -> Path:
+        """Ask the agent (started with `heap_profile`) for a tracemalloc snapshot; the file once written."""
+        assert self.heap_profile is not None
+        assert self.proc is not None
+        path = self.heap_profile / f"heap.{self._heap_dumps}.snap"
+        self._heap_dumps += 1
+        self.proc.send_signal(signal.SIGUSR1)
+        await wait_until(path.exists, timeout=timeout, message=f"heap snapshot {path}")
+        return path
 
     async def nri(self, method: str, payload: bytes, timeout: float = 5.0) -> str:
         """`nri_call` on the current link; after "dropped", wait until the plugin has joined again."""
