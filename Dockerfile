@@ -3,6 +3,6 @@
 FROM python:3.11-slim
 COPY pyproject.toml README.md /src/
 COPY src /src/src
-RUN pip install --no-cache-dir /src && rm -rf /src
+RUN pip install --no-cache-dir "/src[uvloop]" && rm -rf /src
 ENTRYPOINT ["python", "-m", "koordqos"]
 CMD ["run"]

@@ -10,7 +10,10 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: The six runtime hooks, all switched on by the hook benchmarks (NRI and proxy mode alike).
 ALL_HOOK_GATES = (
@@ -64,15 +67,31 @@ def machine() -> str:
 
 
 def parser(description: str) -> argparse.ArgumentParser:
-    """An argument parser with the common `--quick` and `--runs` options."""
+    """An argument parser with the common `--quick`, `--runs` and `--loop` options."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     p.add_argument("--runs", type=int, default=5, help="runs to take the median of")
+    p.add_argument(
+        "--loop",
+        choices=["asyncio", "uvloop"],
+        default="asyncio",
+        help="event loop of both processes (uvloop: the optional dependency koordqos[uvloop])",
+    )
     return p
 
 
+def run(coro: Coroutine[Any, Any, T], loop: str = "asyncio") -> T:
+    """`asyncio.run(coro)` on the stdlib loop or on uvloop."""
+    if loop == "uvloop":
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(coro)
+    return asyncio.run(coro)
+
+
 def two_process_parser(
-    description: str, roles: tuple[str, str], calls: int = 2000
+    description: str, roles: tuple[str, ...], calls: int = 2000
 ) -> argparse.ArgumentParser:
     """`parser` plus `--role` (the measured side first; the other side runs in a child process), `--socket`,
     `--calls`."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
-from _common import machine, median, parser, percentile, table
+from _common import machine, median, parser, percentile, run, table
 from koordqos.events.bus import EventBus
 from koordqos.events.types import PodUpserted
 from koordqos.hooks.context import PodContext, PodRequest, Stage
@@ -67,12 +68,16 @@ def main() -> None:
     args = parser(__doc__ or "").parse_args()
     n = 2000 if args.quick else 20000
     runs = 1 if args.quick else args.runs
-    tp1 = median([asyncio.run(throughput(n, 1)) for _ in range(runs)])
-    tp6 = median([asyncio.run(throughput(n, 6)) for _ in range(runs)])
-    lat = [asyncio.run(request_latency(n // 2)) for _ in range(runs)]
+    tp1 = median([run(throughput(n, 1), args.loop) for _ in range(runs)])
+    tp6 = median([run(throughput(n, 6), args.loop) for _ in range(runs)])
+    lat = [run(request_latency(n // 2), args.loop) for _ in range(runs)]
     p50 = median([percentile(s, 50) for s in lat]) * 1e6
     p99 = median([percentile(s, 99) for s in lat]) * 1e6
-    print(f"machine: {machine()}; {runs} run(s), median")
+    load = os.getloadavg()
+    print(
+        f"machine: {machine()}; {runs} run(s), median, {args.loop} loop; load average "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     print(
         table(
             [

@@ -33,7 +33,7 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def one(peer: Path, plugin: str, stub: Path, calls: int) -> dict[str, float]:
+def one(peer: Path, plugin: str, stub: Path, calls: int, event_loop: str | None = None) -> dict[str, float]:
     """One measurement of `plugin` ("koordqos" | "stub"): p50/p99 in µs."""
     tmp = Path(tempfile.mkdtemp(prefix="kqnrireal-", dir="/tmp"))
     sock = tmp / "nri.sock"
@@ -63,6 +63,8 @@ def one(peer: Path, plugin: str, stub: Path, calls: int) -> dict[str, float]:
                     "--log-level",
                     "warning",
                 ]
+                if event_loop is not None:
+                    cmd += ["--event-loop", event_loop]
             env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
             env["HOME"] = str(tmp)
             return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -81,6 +83,12 @@ def main() -> None:
 
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=2000)
+    p.add_argument(
+        "--event-loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default=None,
+        help="the agent's --event-loop (default: the agent's own default)",
+    )
     args = p.parse_args()
     calls = 300 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
@@ -93,13 +101,14 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {"koordqos": [], "stub": []}
     for _ in range(runs):
         for plugin in ("stub", "koordqos"):
-            results[plugin].append(one(peer, plugin, stub, calls))
+            results[plugin].append(one(peer, plugin, stub, calls, args.event_loop))
     load = os.getloadavg()
     med = {pl: {k: median([r[k] for r in rs]) for k in ("p50", "p99")} for pl, rs in results.items()}
     ratios = {k: med["koordqos"][k] / med["stub"][k] for k in ("p50", "p99")}
     print(
         f"NRI real runtime (containerd/nri pkg/adaptation) — {machine()}; {calls} CreateContainer calls, "
-        f"median of {runs} run(s); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+        f"median of {runs} run(s); agent event loop {args.event_loop or 'default'}; load average "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
     print(
         table(

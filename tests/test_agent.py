@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from koordqos.agent import Agent, FunctionComponent, Supervisor
 from koordqos.config import build_config
 from koordqos.testing.poll import wait_until
@@ -90,3 +92,25 @@ def _set_and_wait(event: asyncio.Event):  # type: ignore[no-untyped-def]
         await asyncio.Event().wait()
 
     return run
+
+
+def test_event_loop_choice_falls_back_to_the_stdlib_loop_and_runs_the_agent_on_uvloop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    import uvloop
+
+    from koordqos.agent import loop_factory
+    from koordqos.errors import ConfigError
+
+    assert loop_factory("asyncio") is None
+    assert loop_factory("auto") is uvloop.new_event_loop  # installed here (the test extra)
+    assert loop_factory("uvloop") is uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory("uvloop")) as runner:
+        assert isinstance(runner.get_loop(), uvloop.Loop)
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed: importing it fails
+    assert loop_factory("auto") is None  # the stdlib loop
+    assert loop_factory("asyncio") is None
+    with pytest.raises(ConfigError, match="not installed"):
+        loop_factory("uvloop")

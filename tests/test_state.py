@@ -184,3 +184,17 @@ def test_removing_something_unknown_still_counts_a_generation() -> None:
     s = NodeState()
     assert reduce(s, RuntimeContainerRemoved("nope")).generation == 1
     assert reduce(s, RuntimeSandboxRemoved("nope")).generation == 1
+
+
+def test_evolve_copies_every_field_and_changes_only_the_given_ones() -> None:
+    from dataclasses import fields, replace
+
+    from koordqos.state import _evolve
+
+    base = reduce(NodeState(), RuntimeContainerUpserted(RuntimeContainer("c", "sb", "u", "a")))
+    base = reduce(base, SourceSynced("pods"))
+    marker = object()
+    for f in fields(NodeState):
+        changed = _evolve(base, {f.name: marker})
+        assert changed == replace(base, **{f.name: marker})  # type: ignore[arg-type]
+        assert _evolve(base, {}) == base

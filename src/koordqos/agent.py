@@ -16,7 +16,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -260,6 +260,29 @@ class LoopLagMonitor:
             obs.LOOP_LAG.observe(self.last_lag)
 
 
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop to run on: uvloop when chosen, or with `auto` when it is installed (the optional
+    dependency `koordqos[uvloop]`); None means the stdlib loop. Measured in docs/performance.md (NRI)."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError(
+                "--event-loop uvloop: uvloop is not installed (pip install 'koordqos[uvloop]')"
+            ) from None
+        return None
+    return uvloop.new_event_loop
+
+
+def run(agent: Agent) -> None:
+    """Run `agent` until stopped on the configured event loop."""
+    factory = loop_factory(agent.config.event_loop)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(agent.run())
+
+
 class Agent:
     """The whole node agent."""
 
@@ -308,6 +331,7 @@ class Agent:
             mode="local" if self.local_mode else "cluster",
             node=self.config.node_name,
             dry_run=self.config.dry_run,
+            event_loop="asyncio" if loop_factory(self.config.event_loop) is None else "uvloop",
         )
         svc = build_services(self.config, self.local_mode, self.bus, self.decisions, self.status)
         self._services = svc

@@ -119,14 +119,16 @@ def report_once(args: argparse.Namespace) -> int:
 
 def run_agent(args: argparse.Namespace) -> int:
     """Load config, set up logging, run the agent until SIGTERM/SIGINT."""
-    from koordqos.agent import Agent
+    from koordqos.agent import Agent, loop_factory
+    from koordqos.agent import run as run_on_loop
     from koordqos.logging import configure_logging
 
     cfg = load_config(args)
+    loop_factory(cfg.event_loop)  # an unavailable loop is a ConfigError before anything starts
     configure_logging(cfg.log.format, cfg.log.level)
     agent = Agent(cfg)
     agent.build()
-    asyncio.run(agent.run())
+    run_on_loop(agent)
     return 0
 
 

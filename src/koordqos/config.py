@@ -272,6 +272,7 @@ class AgentConfig(_Group):
     feature_gates: dict[str, bool] = Field(default_factory=lambda: parse_feature_gates(None))
     dry_run: bool = False
     shutdown_timeout_seconds: float = Field(5.0, gt=0)
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
 
     @field_validator("feature_gates", mode="before")
     @classmethod
@@ -524,6 +525,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag("feature-gates", "feature_gates", "feature gates, e.g. BECPUEvict=true,CPUBurst=false"),
     Flag("dry-run", "dry_run", "record decisions, change nothing", bool),
     Flag("shutdown-timeout-seconds", "shutdown_timeout_seconds", "graceful stop timeout", float),
+    Flag(
+        "event-loop",
+        "event_loop",
+        "event loop: uvloop (koordqos[uvloop]), asyncio (the stdlib loop), auto (uvloop when installed)",
+        str,
+        ("auto", "asyncio", "uvloop"),
+    ),
 )
 
 

@@ -13,6 +13,7 @@ import structlog
 from koordqos import observability as obs
 
 log = structlog.get_logger("koordqos.decision")
+_COUNTERS: dict[tuple[str, str, bool], Any] = {}  # (strategy, action, dry_run) -> counter child
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,11 @@ class DecisionLog:
             self.dry_run if dry_run is None else dry_run,
         )
         self._ring.append(d)
-        obs.DECISIONS.labels(strategy, action, str(d.dry_run).lower()).inc()
+        key = (strategy, action, d.dry_run)
+        counter = _COUNTERS.get(key)
+        if counter is None:  # labelled child resolved once: `labels()` costs more than `inc()`
+            counter = _COUNTERS[key] = obs.DECISIONS.labels(strategy, action, str(d.dry_run).lower())
+        counter.inc()
         if not quiet:
             log.info(
                 "decision",

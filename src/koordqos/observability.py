@@ -2,9 +2,91 @@
 
 from __future__ import annotations
 
+import bisect
+import time
+from collections.abc import Iterator, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+
+
+class LoopHistogramChild:
+    """One label set of a LoopHistogram: plain counts, no lock."""
+
+    __slots__ = ("_bounds", "counts", "created", "sum")
+
+    def __init__(self, bounds: list[float]) -> None:
+        self._bounds = bounds
+        self.counts = [0] * len(bounds)  # per bucket, not cumulative; the last bound is +Inf
+        self.sum = 0.0
+        self.created = time.time()
+
+    def observe(self, amount: float) -> None:
+        """Count one observation."""
+        self.counts[bisect.bisect_left(self._bounds, amount)] += 1
+        self.sum += amount
+
+
+class LoopHistogram(Collector):
+    """A labelled histogram for the runtime-call hot path, exported exactly like prometheus_client's.
+
+    prometheus_client takes a lock per bucket and per sum on every observation and walks the buckets in
+    Python (≈ 2 µs per `observe` here, 8 per NRI CreateContainer); this one is observed from the event loop
+    thread only, so it keeps plain counts (a bisect and two additions) and builds the cumulative samples
+    when scraped.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        buckets: Sequence[float],
+        registry: CollectorRegistry | None = REGISTRY,
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._bounds = sorted(float(b) for b in buckets)
+        if self._bounds[-1] != float("inf"):
+            self._bounds.append(float("inf"))
+        self._children: dict[tuple[str, ...], LoopHistogramChild] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def labels(self, *values: str) -> LoopHistogramChild:
+        """The child for these label values (created on first use)."""
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {values}")
+            child = self._children[values] = LoopHistogramChild(self._bounds)
+        return child
+
+    def describe(self) -> list[Metric]:
+        """The metric without samples (registration checks names with it)."""
+        return [Metric(self.name, self.documentation, "histogram")]
+
+    def collect(self) -> Iterator[Metric]:
+        """The samples prometheus_client's Histogram would give: _bucket (cumulative), _count, _sum,
+        _created."""
+        metric = Metric(self.name, self.documentation, "histogram")
+        for values, child in list(self._children.items()):
+            labels = dict(zip(self.labelnames, values, strict=True))
+            total = 0
+            for bound, count in zip(self._bounds, list(child.counts), strict=True):
+                total += count
+                le = floatToGoString(bound)  # type: ignore[no-untyped-call]  # the exact `le` text
+                metric.add_sample(f"{self.name}_bucket", {**labels, "le": le}, total)
+            metric.add_sample(f"{self.name}_count", labels, total)
+            metric.add_sample(f"{self.name}_sum", labels, child.sum)
+            metric.add_sample(f"{self.name}_created", labels, child.created)
+        yield metric
+
 
 DECISIONS = Counter(
     "koordqos_decisions_total",
@@ -48,7 +130,7 @@ HOOK_ERRORS = Counter(
     ["hook", "kind"],
     registry=REGISTRY,
 )
-REQUEST_SECONDS = Histogram(
+REQUEST_SECONDS = LoopHistogram(
     "koordqos_bus_request_seconds",
     "Time to serve one runtime call (NRI request, proxy RPC) in the hook core, by call",
     ["type"],

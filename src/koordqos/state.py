@@ -3,14 +3,14 @@
 The maps of a NodeState are persistent hash maps (`immutables.Map`, a HAMT in C): an upsert or a removal
 builds a new map that shares all but O(log₃₂ n) nodes with the old one, so a state update costs the same
 at 10 containers as at 10,000 (a `dict` copy cost ≈ 74 µs per upsert at 2,500), and every snapshot a
-subscriber holds stays valid and unchanged. `containers_by_sandbox` indexes the containers per sandbox, so
+subscriber holds stays valid and unchanged. `by_sandbox` indexes the containers per sandbox, so
 removing a sandbox touches only its own containers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from immutables import Map
@@ -181,11 +181,49 @@ def _changes(state: NodeState, event: Event) -> dict[str, Any] | None:
     return None
 
 
+_FIELDS = tuple(f.name for f in fields(NodeState))
+_new_state = object.__new__
+_set = object.__setattr__  # frozen: the one sanctioned way to fill a new instance
+
+
+def _evolve(s: NodeState, changes: dict[str, Any]) -> NodeState:
+    """`dataclasses.replace` without its per-field machinery (on every runtime event; ≈ 4× faster)."""
+    get = changes.get
+    new = _new_state(NodeState)
+    _set(new, "pods", get("pods", s.pods))
+    _set(new, "node", get("node", s.node))
+    _set(new, "node_slo", get("node_slo", s.node_slo))
+    _set(new, "sandboxes", get("sandboxes", s.sandboxes))
+    _set(new, "containers", get("containers", s.containers))
+    _set(new, "synced", get("synced", s.synced))
+    _set(new, "nri_connected", get("nri_connected", s.nri_connected))
+    _set(new, "last_tick", get("last_tick", s.last_tick))
+    _set(new, "generation", get("generation", s.generation))
+    _set(new, "by_sandbox", get("by_sandbox", s.by_sandbox))
+    return new
+
+
+# a field added to NodeState must be added to `_evolve` too
+assert _FIELDS == (
+    "pods",
+    "node",
+    "node_slo",
+    "sandboxes",
+    "containers",
+    "synced",
+    "nri_connected",
+    "last_tick",
+    "generation",
+    "by_sandbox",
+), _FIELDS
+
+
 def reduce(state: NodeState, event: Event) -> NodeState:
     """Return the state after `event`. Pure: no I/O, never mutates `state`."""
     if isinstance(event, MetricTick):
-        return replace(state, last_tick=event)  # ticks do not count as a state generation
+        return _evolve(state, {"last_tick": event})  # ticks do not count as a state generation
     changes = _changes(state, event)
     if changes is None:
         return state
-    return replace(state, generation=state.generation + 1, **changes)
+    changes["generation"] = state.generation + 1
+    return _evolve(state, changes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from pathlib import Path
 
@@ -20,7 +21,8 @@ NODE = "e2e-node"
 GI = 1 << 30
 
 
-async def test_be_pod_from_the_api_gets_batch_limits_over_nri(tmp_path: Path) -> None:
+@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+async def test_be_pod_from_the_api_gets_batch_limits_over_nri(tmp_path: Path, event_loop: str) -> None:
     node = SyntheticNode(tmp_path / "node")
     api = FakeAPIServer()
     await api.start()
@@ -42,7 +44,9 @@ async def test_be_pod_from_the_api_gets_batch_limits_over_nri(tmp_path: Path) ->
     await runtime.start()
     port = free_port()
     kubeconfig = api.write_kubeconfig(tmp_path / "kc")
-    cmd = cluster_agent_argv(kubeconfig, NODE, node, port, "--nri-socket", str(tmp_path / "nri.sock"))
+    cmd = cluster_agent_argv(
+        kubeconfig, NODE, node, port, "--nri-socket", str(tmp_path / "nri.sock"), "--event-loop", event_loop
+    )
     proc = await asyncio.create_subprocess_exec(*cmd, env=agent_env(), stderr=asyncio.subprocess.PIPE)
     try:
         await runtime.wait_joined(timeout=30)
@@ -60,6 +64,9 @@ async def test_be_pod_from_the_api_gets_batch_limits_over_nri(tmp_path: Path) ->
         assert (res.cpu.quota.value, res.cpu.shares.value, res.memory.limit.value) == (200000, 1536, 4 * GI)
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 10) == 0
+        assert proc.stderr is not None
+        first = json.loads((await proc.stderr.readline()).decode())
+        assert (first["event"], first["event_loop"]) == ("koordqos starting", event_loop)
     finally:
         if proc.returncode is None:
             proc.kill()

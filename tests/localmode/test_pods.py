@@ -248,3 +248,43 @@ async def test_runtime_cgroup_elsewhere_is_logged_once_and_counted(bus: EventBus
     await bus.publish(RuntimeSandboxUpserted(sandbox(parent="/kubepods/../../etc")))
     await bus.drained()
     assert CGROUP_MISMATCH.labels("pod")._value.get() == before_pod + 3
+
+
+async def test_a_republish_rebuilds_only_the_container_that_changed(bus: EventBus) -> None:
+    local = local_sources(bus)
+    await bus.publish(RuntimeSandboxUpserted(sandbox()))
+    for i in range(40):
+        await bus.publish(RuntimeContainerUpserted(ctr(f"c{i:02d}", f"n{i:02d}")))
+    await bus.drained()
+    assert await local.flush() == 1
+    await bus.drained()
+    before = bus.state.pods[UID].containers
+    assert len(before) == 40
+    await bus.publish(RuntimeContainerUpserted(ctr("c07", "n07", "stopped")))
+    await bus.drained()
+    assert await local.flush() == 1
+    await bus.drained()
+    after = bus.state.pods[UID].containers
+    assert [c.state for c in after if c.name == "n07"] == ["terminated"]
+    # every other ContainerInfo is the very object built before: only c07 was converted again
+    assert [a is b for a, b in zip(before, after, strict=True)].count(False) == 1
+    assert [c.id for c in local._built] == ["c07"]
+
+
+async def test_a_removed_sandbox_forgets_its_containers_only(bus: EventBus) -> None:
+    local = local_sources(bus)
+    await bus.publish(RuntimeSandboxUpserted(sandbox()))
+    await bus.publish(RuntimeSandboxUpserted(sandbox(uid="u2", sid="sb2")))
+    await bus.publish(RuntimeContainerUpserted(ctr("c1")))
+    await bus.publish(RuntimeContainerUpserted(ctr("c2", sid="sb2")))
+    await bus.drained()
+    await local.flush()
+    await bus.publish(RuntimeSandboxRemoved("sb1"))
+    await bus.drained()
+    assert local._ctr_sandbox == {"c2": "sb2"}
+    assert local._sandbox_ctrs == {"sb2": {"c2"}}
+    assert set(local._infos) == {"c2"}
+    # a removal of a container of the removed sandbox marks nothing
+    await bus.publish(RuntimeContainerRemoved("c1"))
+    await bus.drained()
+    assert await local.flush() == 0

@@ -231,3 +231,25 @@ def test_random_bytes_only_raise_protocol_error(chunks: list[bytes]) -> None:
                 decoder(chunk)
             except ProtocolError:
                 pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=70_000))
+def test_hand_built_success_envelope_is_what_protobuf_serializes(payload: bytes) -> None:
+    from koordqos.nri.api import ttrpc_pb2
+
+    want = ttrpc_pb2.Response(payload=payload).SerializeToString()
+    assert encode_response(payload) == want
+    assert decode_response(encode_response(payload)).payload == payload
+
+
+def test_create_container_reply_field_is_what_protobuf_serializes() -> None:
+    from koordqos.nri.ttrpc import bytes_field
+
+    adjust = api.ContainerAdjustment()
+    adjust.linux.resources.cpu.shares.value = 1024
+    adjust.linux.resources.memory.limit.value = 4 << 30
+    adjust.env.add(key="K" * 300, value="v")  # a length over one varint byte
+    want = api.CreateContainerResponse(adjust=adjust).SerializeToString()
+    assert bytes_field(1, adjust.SerializeToString()) == want
+    assert api.CreateContainerResponse.FromString(want).adjust == adjust

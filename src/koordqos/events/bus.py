@@ -30,6 +30,7 @@ from koordqos.state import NodeState, reduce
 log = structlog.get_logger("koordqos.bus")
 
 Handler = Callable[[Any, NodeState], Awaitable[None] | None]
+_EVENT_COUNTERS: dict[type[Event], Any] = {}
 Reducer = Callable[[NodeState, Event], NodeState]
 
 
@@ -124,8 +125,12 @@ class EventBus:
 
     def _apply(self, event: Event) -> list[Subscription]:
         self._state = self._reducer(self._state, event)
-        obs.BUS_EVENTS.labels(type(event).__name__).inc()
-        return self._targets(type(event))
+        etype = type(event)
+        counter = _EVENT_COUNTERS.get(etype)
+        if counter is None:  # labelled child resolved once per type: `labels()` costs more than `inc()`
+            counter = _EVENT_COUNTERS[etype] = obs.BUS_EVENTS.labels(etype.__name__)
+        counter.inc()
+        return self._targets(etype)
 
     async def publish(self, event: Event) -> None:
         """Reduce `event` into the state and queue it for its subscribers, waiting while a queue is full."""

@@ -45,14 +45,15 @@ class Stage(enum.StrEnum):
 STAGES: tuple[Stage, ...] = tuple(Stage)
 
 
+_QOS_OF_VALUE: dict[str, QoSClass] = {q.value: q for q in QoSClass}
+
+
 def qos_from_labels(labels: Mapping[str, str] | None) -> QoSClass:
     """Raw koordinator QoS from the label (annotations are ignored); unknown or missing is NONE."""
-    if not labels:
+    if not labels or LABEL_QOS not in labels:
         return QoSClass.NONE
-    try:
-        return QoSClass(labels.get(LABEL_QOS, ""))
-    except ValueError:
-        return QoSClass.NONE
+    # a dict lookup, not QoSClass(value): the enum call costs ≈ 1 µs and several hooks ask per call
+    return _QOS_OF_VALUE.get(labels[LABEL_QOS], QoSClass.NONE)
 
 
 def kube_qos_from_cgroup_parent(cgroup_parent: str) -> KubeQoS:
@@ -190,12 +191,25 @@ class HostAppContext:
 HookContext = PodContext | ContainerContext
 
 
+# id(pod) -> (pod, its batch resources): PodInfo is immutable, and every container call of a pod asks again
+# (building the spec walks all of the pod's containers)
+_EXTENDED_OF_POD: dict[int, tuple[PodInfo, ExtendedResourceSpec | None]] = {}
+_EXTENDED_CACHE_SIZE = 4096
+
+
 def pod_extended(pod: PodInfo) -> ExtendedResourceSpec | None:
     """Batch resources of a pod: the spec first, else the extended-resource-spec annotation.
 
     Raises ExtendedResourceSpecError when only a malformed annotation is there.
     """
-    return extended_from_pod_spec(pod) or extended_from_annotation(pod.annotations)
+    hit = _EXTENDED_OF_POD.get(id(pod))
+    if hit is not None and hit[0] is pod:
+        return hit[1]
+    ext = extended_from_pod_spec(pod) or extended_from_annotation(pod.annotations)
+    if len(_EXTENDED_OF_POD) >= _EXTENDED_CACHE_SIZE:
+        _EXTENDED_OF_POD.clear()  # the cache holds the pods alive: bounded, rebuilt from the pods in use
+    _EXTENDED_OF_POD[id(pod)] = (pod, ext)
+    return ext
 
 
 def extended_for(

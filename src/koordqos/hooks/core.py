@@ -20,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter
 
 from koordqos import observability as obs
 from koordqos.cgroups.executor import CgroupExecutor
@@ -42,12 +42,11 @@ log = structlog.get_logger("koordqos.hooks")
 
 STRATEGY = "runtime-hooks"  # the decision log's strategy name for everything the runtime hooks do
 
-HOOK_SECONDS = Histogram(
+HOOK_SECONDS = obs.LoopHistogram(
     "koordqos_runtime_hook_seconds",
     "Duration of one runtime hook at one stage",
     ["hook", "stage"],
     buckets=(0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.001, 0.01),
-    registry=obs.REGISTRY,
 )
 HOOK_FAILURES = Counter(
     "koordqos_runtime_hook_failures_total",
@@ -119,10 +118,11 @@ def target_of(ctx: HookContext) -> str:
     return f"{ctx.request.namespace}/{ctx.request.name}"
 
 
-_TIMERS: dict[tuple[str, Stage], Any] = {}
+_TIMERS: dict[tuple[str, Stage], obs.LoopHistogramChild] = {}
+_CALL_TIMERS: dict[str, obs.LoopHistogramChild] = {}
 
 
-def _timer(name: str, stage: Stage) -> Any:
+def _timer(name: str, stage: Stage) -> obs.LoopHistogramChild:
     # labelled children resolved once: `labels()` costs more than the observation itself
     t = _TIMERS.get((name, stage))
     if t is None:
@@ -130,17 +130,27 @@ def _timer(name: str, stage: Stage) -> Any:
     return t
 
 
+def _call_timer(name: str) -> obs.LoopHistogramChild:
+    t = _CALL_TIMERS.get(name)
+    if t is None:
+        t = _CALL_TIMERS[name] = obs.REQUEST_SECONDS.labels(name)
+    return t
+
+
 def run_stage(registry: HookRegistry, call: Call, stage: Stage, ctx: HookContext) -> None:
     """Run the stage's hooks on `ctx` in name order within the call's deadline and policy."""
     if call.timed_out:
         return  # past the deadline (Ignore): nothing more runs
+    clock = time.perf_counter
+    ran = call.ran
+    end = call.end
+    now = clock()
     for hook in registry.hooks(stage):
         call.step = hook.name
-        timer = _timer(hook.name, stage)
-        start = time.perf_counter()
+        start = now
         try:
             hook.fn(ctx)
-            call.ran.append(hook.name)
+            ran.append(hook.name)
         except Exception as exc:
             HOOK_FAILURES.labels(hook.name, stage.value).inc()
             msg = f"{type(exc).__name__}: {exc}"
@@ -156,9 +166,10 @@ def run_stage(registry: HookRegistry, call: Call, stage: Stage, ctx: HookContext
             if call.policy == "Fail":
                 raise HookError(f"hook {hook.name} failed at {stage}: {exc}") from exc
         finally:
-            now = time.perf_counter()
-            timer.observe(now - start)
-        if now > call.end:
+            # one clock reading ends this hook and starts the next
+            now = clock()
+            _timer(hook.name, stage).observe(now - start)
+        if now > end:
             call.overran()  # raises under Fail
             return
 
@@ -166,30 +177,61 @@ def run_stage(registry: HookRegistry, call: Call, stage: Stage, ctx: HookContext
 Body = Callable[[Call], Awaitable[None] | None]
 
 
-async def run_call(name: str, deadline: float, policy: FailurePolicy, body: Body) -> Call:
-    """Run `body` (one call's conversion, stages and reply) within `deadline` s under `policy`.
+def start_call(
+    name: str, deadline: float, policy: FailurePolicy, body: Body
+) -> Call | Coroutine[Any, Any, Call]:
+    """Run `body` (one call's conversion, stages and reply) within `deadline` s under `policy`, without a
+    task when it can: a synchronous body runs to the end here and its Call is returned; a body that returns
+    an awaitable (an async handler, not started yet) gives a coroutine that the caller awaits on a task,
+    which runs it under `asyncio.timeout` for the rest of the deadline.
 
     Under Fail a hook failure raises HookError and an overrun raises TimeoutException; under Ignore the call
     returns with `timed_out` / `errors` set and whatever the completed work put into its contexts.
     """
     call = Call.start(name, deadline, policy)
-    started = call.end - deadline
     try:
-        async with asyncio.timeout(deadline):
-            out = body(call)
-            if inspect.isawaitable(out):
-                await out
+        out = body(call)
+    except Exception as exc:
+        try:
+            _body_failed(call, name, exc)
+        finally:
+            _call_timer(name).observe(time.perf_counter() - (call.end - deadline))
+        return call
+    if out is not None and inspect.isawaitable(out):
+        return _finish_call(call, name, deadline, out)
+    try:
+        if not call.timed_out and time.perf_counter() > call.end:
+            call.overran()
+    finally:
+        _call_timer(name).observe(time.perf_counter() - (call.end - deadline))
+    return call
+
+
+def _body_failed(call: Call, name: str, exc: Exception) -> None:
+    if isinstance(exc, HookError | TimeoutException):
+        raise exc
+    call.failed(call.step or name, exc)
+
+
+async def _finish_call(call: Call, name: str, deadline: float, pending: Awaitable[None]) -> Call:
+    try:
+        async with asyncio.timeout(max(0.0, call.end - time.perf_counter())):
+            await pending
         if not call.timed_out and time.perf_counter() > call.end:
             call.overran()
     except TimeoutError:  # asyncio.timeout fired at an await
         call.overran()
-    except (HookError, TimeoutException):
-        raise
     except Exception as exc:
-        call.failed(call.step or name, exc)
+        _body_failed(call, name, exc)
     finally:
-        obs.REQUEST_SECONDS.labels(name).observe(time.perf_counter() - started)
+        _call_timer(name).observe(time.perf_counter() - (call.end - deadline))
     return call
+
+
+async def run_call(name: str, deadline: float, policy: FailurePolicy, body: Body) -> Call:
+    """`start_call` for callers on a task: the body runs within `deadline` s under `policy`."""
+    started = start_call(name, deadline, policy, body)
+    return started if isinstance(started, Call) else await started
 
 
 class HookCore:

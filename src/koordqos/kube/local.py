@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +61,7 @@ log = structlog.get_logger("koordqos.kube.local")
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
 MIN_SHARES = 2  # kubelet's cpu.shares for "no cpu request"
-YIELD_EVERY = 100  # pods built per loop step
+SLICE_SECONDS = 0.002  # the longest a burst of pod building runs between two yields to the event loop
 
 CGROUP_MISMATCH = Counter(
     "koordqos_local_cgroup_mismatch_total",
@@ -144,14 +144,24 @@ def container_from_runtime(ctr: RuntimeContainer, kube_qos: KubeQoS, runtime_nam
     )
 
 
+InfoOf = Callable[[RuntimeContainer, KubeQoS, str], ContainerInfo]
+
+
+def _by_id(c: RuntimeContainer) -> str:
+    return c.id
+
+
 def pod_containers(
-    containers: Iterable[RuntimeContainer], kube_qos: KubeQoS, runtime_name: str = ""
+    containers: Iterable[RuntimeContainer],
+    kube_qos: KubeQoS,
+    runtime_name: str = "",
+    info_of: InfoOf = container_from_runtime,
 ) -> tuple[ContainerInfo, ...]:
     """One ContainerInfo per container name, sorted by name; a restarted container's live instance wins
     over the stopped one (the pod status shows the current instance only)."""
     best: dict[str, ContainerInfo] = {}
-    for ctr in sorted(containers, key=lambda c: c.id):
-        info = container_from_runtime(ctr, kube_qos, runtime_name)
+    for ctr in sorted(containers, key=_by_id):
+        info = info_of(ctr, kube_qos, runtime_name)
         old = best.get(info.name)
         if old is None or _STATE_RANK[info.state] < _STATE_RANK[old.state]:
             best[info.name] = info
@@ -163,6 +173,7 @@ def pod_from_sandbox(
     node_name: str,
     containers: Iterable[RuntimeContainer] = (),
     runtime_name: str = "",
+    info_of: InfoOf = container_from_runtime,
 ) -> PodInfo:
     """A PodInfo for an NRI pod sandbox and its runtime containers.
 
@@ -182,7 +193,7 @@ def pod_from_sandbox(
         annotations=dict(sandbox.annotations),
         phase="Running",
         kube_qos=kube_qos,
-        containers=pod_containers(ctrs, kube_qos, runtime_name),
+        containers=pod_containers(ctrs, kube_qos, runtime_name, info_of),
         source="nri",
     )
 
@@ -268,6 +279,11 @@ class LocalSources:
         self._node: NodeInfo | None = None
         self._runtime = ""  # NRI runtime name (container-id prefix when the cgroups path does not tell)
         self._ctr_sandbox: dict[str, str] = {}  # container id → sandbox id (removals carry only the id)
+        self._sandbox_ctrs: dict[str, set[str]] = {}  # sandbox id → its container ids (the reverse)
+        # container id → (the record, QoS, runtime name) its ContainerInfo was built from, and the info: a
+        # republish rebuilds only the containers that changed, whatever the pod's container count
+        self._infos: dict[str, tuple[RuntimeContainer, KubeQoS, str, ContainerInfo]] = {}
+        self._built: list[RuntimeContainer] = []  # containers whose info the current `_pod` call built
         self._published: dict[str, tuple[KubeQoS, tuple[ContainerInfo, ...]]] = {}  # by sandbox id
         self._dirty: set[str] = set()  # sandbox ids whose containers changed since the last flush
         self._wake = asyncio.Event()
@@ -284,38 +300,69 @@ class LocalSources:
             NRIConnectionChanged,
         )
 
+    def _info_of(self, ctr: RuntimeContainer, kube_qos: KubeQoS, runtime_name: str) -> ContainerInfo:
+        hit = self._infos.get(ctr.id)
+        if hit is not None and hit[0] is ctr and hit[1] is kube_qos and hit[2] == runtime_name:
+            return hit[3]
+        info = container_from_runtime(ctr, kube_qos, runtime_name)
+        self._infos[ctr.id] = (ctr, kube_qos, runtime_name, info)
+        self._built.append(ctr)
+        return info
+
     def _pod(self, sandbox: RuntimeSandbox, containers: Iterable[RuntimeContainer]) -> PodInfo | None:
         """The sandbox's PodInfo; None when it would republish what was last published."""
-        ctrs = list(containers)
-        pod = pod_from_sandbox(sandbox, self.config.node_name, ctrs, self._runtime)
+        self._built = []
+        pod = pod_from_sandbox(sandbox, self.config.node_name, containers, self._runtime, self._info_of)
         sig = (pod.kube_qos, pod.containers)
         if self._published.get(sandbox.id) == sig:
             return None
         self._published[sandbox.id] = sig
-        self._check_dirs(pod, sandbox, ctrs)
+        # the pod's dir is checked on every rebuild (one path), a container's when its record changed
+        self._check_dirs(pod, sandbox, self._built)
         return pod
+
+    def _track(self, ctr_id: str, sandbox_id: str) -> None:
+        old = self._ctr_sandbox.get(ctr_id)
+        if old == sandbox_id:
+            return
+        if old is not None:
+            self._sandbox_ctrs.get(old, set()).discard(ctr_id)
+        self._ctr_sandbox[ctr_id] = sandbox_id
+        self._sandbox_ctrs.setdefault(sandbox_id, set()).add(ctr_id)
+
+    def _forget_container(self, ctr_id: str) -> str | None:
+        sid = self._ctr_sandbox.pop(ctr_id, None)
+        self._infos.pop(ctr_id, None)
+        if sid is not None:
+            ids = self._sandbox_ctrs.get(sid)
+            if ids is not None:
+                ids.discard(ctr_id)
+                if not ids:
+                    del self._sandbox_ctrs[sid]
+        return sid
 
     async def _on_runtime(self, event: Any, state: NodeState) -> None:
         bus = self.bus
         if isinstance(event, RuntimeContainerUpserted):
             ctr = event.container
-            self._ctr_sandbox[ctr.id] = ctr.sandbox_id
+            self._track(ctr.id, ctr.sandbox_id)
             self._mark(ctr.sandbox_id)
         elif isinstance(event, RuntimeContainerRemoved):
-            sid = self._ctr_sandbox.pop(event.id, None)
+            sid = self._forget_container(event.id)
             if sid is not None:
                 self._mark(sid)
         elif isinstance(event, RuntimeSandboxUpserted):
             sb = event.sandbox
             self._published.pop(sb.id, None)  # labels and annotations may have changed: always publish
-            pod = self._pod(sb, (c for c in state.containers.values() if c.sandbox_id == sb.id))
+            pod = self._pod(sb, state.containers_of(sb.id).values())
             if pod is not None:
                 self._sandbox_uids[sb.id] = pod.uid
                 await bus.publish(PodUpserted(pod))
         elif isinstance(event, RuntimeSandboxRemoved):
             self._published.pop(event.id, None)
             self._dirty.discard(event.id)
-            self._ctr_sandbox = {c: s for c, s in self._ctr_sandbox.items() if s != event.id}
+            for cid in list(self._sandbox_ctrs.get(event.id, ())):
+                self._forget_container(cid)
             uid = self._sandbox_uids.pop(event.id, None)
             if uid is not None:
                 await bus.publish(PodDeleted(uid))
@@ -323,17 +370,24 @@ class LocalSources:
             # the runtime's full view: pods of sandboxes it no longer reports are gone, the rest upserted
             grouped = containers_by_sandbox(event.containers)
             self._published = {}
+            self._infos = {}
             pods: list[PodInfo] = []
             uids: dict[str, str] = {}
-            for i, sb in enumerate(event.sandboxes):
-                if i and i % YIELD_EVERY == 0:
-                    await asyncio.sleep(0)  # ~25 µs per pod: hundreds of pods are not one loop step
+            clock = asyncio.get_running_loop().time
+            until = clock() + SLICE_SECONDS
+            for sb in event.sandboxes:
+                if clock() > until:
+                    await asyncio.sleep(0)  # ~10 µs per container: thousands are not one loop step
+                    until = clock() + SLICE_SECONDS
                 pod = self._pod(sb, grouped.get(sb.id, ()))
                 if pod is not None:  # None only for a repeated sandbox
                     pods.append(pod)
                     uids[sb.id] = pod.uid
             self._sandbox_uids = uids
-            self._ctr_sandbox = {c.id: c.sandbox_id for c in event.containers}
+            self._ctr_sandbox = {}
+            self._sandbox_ctrs = {}
+            for c in event.containers:
+                self._track(c.id, c.sandbox_id)
             self._dirty.clear()
             await bus.publish(PodsReplaced(tuple(pods), source="nri"))
         elif isinstance(event, NRIConnectionChanged) and event.connected and event.runtime:
@@ -349,15 +403,18 @@ class LocalSources:
         if not dirty:
             return 0
         state = self.bus.state
-        grouped = containers_by_sandbox(state.containers.values(), dirty)
         sent = 0
-        for i, sid in enumerate(sorted(dirty)):
-            if i and i % YIELD_EVERY == 0:
+        clock = asyncio.get_running_loop().time
+        until = clock() + SLICE_SECONDS
+        for sid in sorted(dirty):
+            if clock() > until:
                 await asyncio.sleep(0)
+                state = self.bus.state
+                until = clock() + SLICE_SECONDS
             sb = state.sandboxes.get(sid)
             if sb is None or sid not in self._sandbox_uids:
                 continue  # removed meanwhile, or its upsert is still queued (it will carry the containers)
-            pod = self._pod(sb, grouped.get(sid, ()))
+            pod = self._pod(sb, state.containers_of(sid).values())
             if pod is None:
                 continue  # no change (e.g. a start that only repeated the state)
             await self.bus.publish(PodUpserted(pod))
@@ -378,7 +435,8 @@ class LocalSources:
                 log.error("cannot republish local pods", error=f"{type(exc).__name__}: {exc}")
 
     def _check_dirs(self, pod: PodInfo, sandbox: RuntimeSandbox, ctrs: list[RuntimeContainer]) -> None:
-        """Warn once (and count) when the runtime's cgroups are not where the agent will look for them."""
+        """Warn once (and count) when the runtime's cgroups are not where the agent will look for them
+        (the pod's dir and the dirs of `ctrs`)."""
         layout = self.layout
         if layout is None:
             return

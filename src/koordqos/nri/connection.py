@@ -1,9 +1,12 @@
 """NRIConnection: the asyncio Protocol that runs the mux and ttrpc codecs over one socket.
 
 One side serves requests on one logical connection and calls the peer on the other: the plugin serves
-conn 1 and calls on conn 2, the (mock) runtime the reverse. Requests are handled in their own tasks, so
-responses may go out of order; calls are matched to responses by stream id. Every outgoing ttrpc message
-is written as the frames `mux.frames_for` gives, under one write lock, so frames never interleave.
+conn 1 and calls on conn 2, the (mock) runtime the reverse. A request whose handler answers at once
+(bytes) is answered from `data_received` itself; one whose handler has to wait (a coroutine) runs in its
+own task, so responses may go out of order; calls are matched to responses by stream id. Every outgoing
+ttrpc message is written in one `writelines` of the frames `mux.frames_for` gives, so frames never
+interleave; a writer that meets a full transport buffer waits under the write lock, and while one does,
+replies queue behind it.
 
 Any `ProtocolError` while reading (malformed frame, oversize message, bad envelope, stream-id violation,
 a frame a Go reader could not take) drops the connection: it is logged once, counted, and `closed`
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import structlog
 
@@ -41,8 +45,9 @@ from koordqos.once import SeenOnce
 log = structlog.get_logger("koordqos.nri")
 _envelope_seen: SeenOnce[str] = SeenOnce()  # roles whose malformed envelope was logged
 
-# handler(request envelope, monotonic time the request was decoded) -> serialized Response envelope
-RequestHandler = Callable[[ttrpc_pb2.Request, float], Awaitable[bytes]]
+# handler(request envelope, monotonic time the request was decoded) -> serialized Response envelope, or an
+# awaitable giving it (run on a task)
+RequestHandler = Callable[[ttrpc_pb2.Request, float], bytes | Awaitable[bytes]]
 # frame_check(conn_id, payload, that conn's decoder before the payload is fed) raises ProtocolError
 FrameCheck = Callable[[int, bytes, TtrpcDecoder], None]
 
@@ -87,8 +92,8 @@ class NRIConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Store the transport."""
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport (uvloop's do not subclass asyncio.Transport, hence no isinstance check)
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         """Demultiplex and decode; drop the connection on any protocol violation."""
@@ -102,6 +107,8 @@ class NRIConnection(asyncio.Protocol):
                     self._frame_check(conn_id, payload, decoder)
                 for msg in decoder.feed(payload):
                     self._dispatch(conn_id, msg)
+                    if self.error is not None:
+                        return
         except ProtocolError as exc:
             self.fail(exc)
         if self._mux.dropped:
@@ -155,7 +162,17 @@ class NRIConnection(asyncio.Protocol):
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 return
-            task = asyncio.get_running_loop().create_task(self._serve(msg.stream_id, req, received))
+            try:
+                out = self._handler(req, received)
+            except ProtocolError as exc:
+                self.fail(exc)
+                return
+            except Exception as exc:
+                out = self._internal_error(req, exc)
+            if isinstance(out, bytes):
+                self._reply_now(msg.stream_id, req, out)
+                return
+            task = asyncio.get_running_loop().create_task(self._serve(msg.stream_id, req, out))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
@@ -169,23 +186,17 @@ class NRIConnection(asyncio.Protocol):
             return
         fut.set_result(decode_response(msg.data))
 
-    async def _serve(self, stream_id: int, req: ttrpc_pb2.Request, received: float) -> None:
-        try:
-            reply = await self._handler(req, received)
-        except ProtocolError as exc:
-            self.fail(exc)
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.error(
-                "NRI request handler failed",
-                role=self.role,
-                method=req.method,
-                error=f"{type(exc).__name__}: {exc}",
-                exc_info=exc,
-            )
-            reply = encode_response(code=Code.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+    def _internal_error(self, req: ttrpc_pb2.Request, exc: Exception) -> bytes:
+        log.error(
+            "NRI request handler failed",
+            role=self.role,
+            method=req.method,
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=exc,
+        )
+        return encode_response(code=Code.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+
+    def _checked(self, req: ttrpc_pb2.Request, reply: bytes) -> bytes:
         if len(reply) > MAX_DATA_SIZE:
             # the peer would refuse it (and kill the connection): say so with a status it can handle
             log.error("NRI reply too large", role=self.role, method=req.method, size=len(reply))
@@ -193,7 +204,34 @@ class NRIConnection(asyncio.Protocol):
                 code=Code.RESOURCE_EXHAUSTED,
                 message=f"reply of {len(reply)} bytes exceeds the {MAX_DATA_SIZE}-byte ttrpc limit",
             )
-        await self._send_reply(stream_id, reply)
+        return reply
+
+    def _reply_now(self, stream_id: int, req: ttrpc_pb2.Request, reply: bytes) -> None:
+        """Write the reply from here when nothing is waiting to write, else queue it behind the waiter."""
+        reply = self._checked(req, reply)
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return  # the peer is gone: nobody to answer (as `_send_reply` on a closed connection)
+        if self._can_write.is_set() and not self._write_lock.locked():
+            transport.writelines(
+                frames_for(self.serve_conn, encode_message(stream_id, MessageType.RESPONSE, reply))
+            )
+            return
+        task = asyncio.get_running_loop().create_task(self._send_reply(stream_id, reply))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, stream_id: int, req: ttrpc_pb2.Request, pending: Awaitable[bytes]) -> None:
+        try:
+            reply = await pending
+        except ProtocolError as exc:
+            self.fail(exc)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reply = self._internal_error(req, exc)
+        await self._send_reply(stream_id, self._checked(req, reply))
 
     async def _send_reply(self, stream_id: int, reply: bytes) -> None:
         try:

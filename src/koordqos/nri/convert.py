@@ -20,7 +20,9 @@ their annotations, so both go through the same hooks.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -54,6 +56,8 @@ from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.nri.convert")
 
+SLICE_SECONDS = 0.002  # the longest a Synchronize runs its hooks between two yields to the event loop
+
 _LIVE_STATES = frozenset({api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED})
 
 CONVERT_ERRORS = Counter(
@@ -81,6 +85,12 @@ def resources_from_nri(res: api.LinuxResources | None) -> Resources | None:
         limit = int(res.memory.limit.value)
         out.memory_limit = limit if limit > 0 else -1
     return out
+
+
+def _copy_map(m: Any) -> dict[str, str]:
+    """A protobuf map field as a dict: iterating the (C) map directly is ≈ 3× faster than `dict(m)`,
+    which goes through the Python Mapping mixin's keys view."""
+    return {k: m[k] for k in m}
 
 
 def envs_from_nri(env: Any) -> dict[str, str]:
@@ -143,9 +153,11 @@ class NRIHooks:
             self._bad("cgroup_parent", f"{pod.namespace}/{pod.name}", exc)
             return ""
 
-    def _extended(self, pod: api.PodSandbox, state: NodeState) -> ExtendedResourceSpec | None:
+    def _extended(
+        self, pod: api.PodSandbox, state: NodeState, annotations: Mapping[str, str] | None = None
+    ) -> ExtendedResourceSpec | None:
         try:
-            return extended_for(pod.uid, pod.annotations, state.pods)
+            return extended_for(pod.uid, pod.annotations if annotations is None else annotations, state.pods)
         except ExtendedResourceSpecError as exc:
             self._bad("extended_resource_spec", f"{pod.namespace}/{pod.name}", exc)
             return None
@@ -157,8 +169,8 @@ class NRIHooks:
                 uid=pod.uid,
                 namespace=pod.namespace,
                 name=pod.name,
-                labels=dict(pod.labels),
-                annotations=dict(pod.annotations),
+                labels=_copy_map(pod.labels),
+                annotations=_copy_map(pod.annotations),
                 cgroup_parent=self._pod_dir(pod),
                 extended=self._extended(pod, state),
             ),
@@ -175,33 +187,36 @@ class NRIHooks:
         extended: ExtendedResourceSpec | bool | None = False,
     ) -> ContainerContext:
         """ContainerContext.FromNri (`resources` overrides the container's own)."""
-        container_id = runtime_container_id(pod.annotations, ctr.id, self.default_runtime)
+        annotations = _copy_map(pod.annotations)
+        container_id = runtime_container_id(annotations, ctr.id, self.default_runtime)
         pdir = self._pod_dir(pod) if pod_dir is None else pod_dir
         cdir = ""
+        linux = ctr.linux
+        name = ctr.name
         try:
-            if ctr.linux.cgroups_path:
-                cdir = self._normalize(ctr.linux.cgroups_path)
+            if linux.cgroups_path:
+                cdir = self._normalize(linux.cgroups_path)
             elif pdir:
                 cdir = self.layout.container_dir_in(pdir, container_id)
         except CgroupError as exc:
-            self._bad("cgroups_path", f"{pod.namespace}/{pod.name}/{ctr.name}", exc)
-        ext = self._extended(pod, state) if extended is False else extended
-        if resources is None and ctr.HasField("linux") and ctr.linux.HasField("resources"):
-            resources = ctr.linux.resources
+            self._bad("cgroups_path", f"{pod.namespace}/{pod.name}/{name}", exc)
+        ext = self._extended(pod, state, annotations) if extended is False else extended
+        if resources is None and ctr.HasField("linux") and linux.HasField("resources"):
+            resources = linux.resources
         return ContainerContext(
             ContainerRequest(
                 pod_uid=pod.uid,
-                container_name=ctr.name,
+                container_name=name,
                 container_id=container_id,
                 pod_namespace=pod.namespace,
                 pod_name=pod.name,
-                pod_labels=dict(pod.labels),
-                pod_annotations=dict(pod.annotations),
+                pod_labels=_copy_map(pod.labels),
+                pod_annotations=annotations,
                 pod_cgroup_parent=pdir,
                 cgroup_parent=cdir,
                 envs=envs_from_nri(ctr.env),
                 resources=resources_from_nri(resources),
-                extended=ext.containers.get(ctr.name) if isinstance(ext, ExtendedResourceSpec) else None,
+                extended=ext.containers.get(name) if isinstance(ext, ExtendedResourceSpec) else None,
             ),
             source="nri",
         )
@@ -244,12 +259,18 @@ class NRIHooks:
         if nri_visible(res) and self._record(ctx, "update", _summary(res), "UpdateContainer"):
             fill_resources(event.update_for(event.container.id).linux.resources, res)
 
-    def synchronize(self, event: NRISynchronize, state: NodeState, call: Call) -> None:
-        """Correct every live container whose hook values differ from what it has."""
+    async def synchronize(self, event: NRISynchronize, state: NodeState, call: Call) -> None:
+        """Correct every live container whose hook values differ from what it has; thousands of containers
+        (≈ 50 µs each) are worked through in slices, yielding to the event loop between them."""
         pods = {p.id: p for p in event.pods}
         pod_dirs: dict[str, str] = {}
         extended: dict[str, ExtendedResourceSpec | None] = {}
-        for ctr in event.containers:
+        clock = time.perf_counter
+        until = clock() + SLICE_SECONDS
+        for i, ctr in enumerate(event.containers):
+            if i % 8 == 7 and clock() > until:
+                await asyncio.sleep(0)
+                until = clock() + SLICE_SECONDS
             if call.timed_out:
                 break  # past the deadline: send what was computed, the reconciler covers the rest
             if ctr.state not in _LIVE_STATES:

@@ -55,14 +55,29 @@ class UpdatesMixin:
 
     __slots__ = ()
     updates: list[api.ContainerUpdate]
+    # container id -> its (first) entry in `updates`, for the first `_indexed` entries: a Synchronize asks
+    # for thousands, and a scan per lookup made it quadratic
+    _index: dict[str, api.ContainerUpdate]
+    _indexed: int
 
     def update_for(self, container_id: str) -> api.ContainerUpdate:
-        """The update for `container_id` in `self.updates`, appended on first use."""
-        for upd in self.updates:
-            if upd.container_id == container_id:
+        """The update for `container_id` in `self.updates`, appended on first use (`updates` is only ever
+        appended to)."""
+        index = self._index
+        upd = index.get(container_id)
+        if upd is not None:
+            return upd
+        updates = self.updates
+        if self._indexed < len(updates):  # entries appended directly since the last lookup
+            for u in updates[self._indexed :]:
+                index.setdefault(u.container_id, u)
+            self._indexed = len(updates)  # type: ignore[misc]  # a field of each dataclass using the mixin
+            upd = index.get(container_id)
+            if upd is not None:
                 return upd
-        upd = api.ContainerUpdate(container_id=container_id)
-        self.updates.append(upd)
+        upd = index[container_id] = api.ContainerUpdate(container_id=container_id)
+        updates.append(upd)
+        self._indexed += 1  # type: ignore[misc]
         return upd
 
     def effective_updates(self) -> list[api.ContainerUpdate]:
@@ -106,6 +121,8 @@ class NRICreateContainer(NRIContainerEvent, UpdatesMixin):
 
     adjust: api.ContainerAdjustment = field(default_factory=api.ContainerAdjustment)
     updates: list[api.ContainerUpdate] = field(default_factory=list)
+    _index: dict[str, api.ContainerUpdate] = field(default_factory=dict, repr=False, compare=False)
+    _indexed: int = field(default=0, repr=False, compare=False)
 
 
 @dataclass(slots=True, eq=False)
@@ -122,6 +139,8 @@ class NRIUpdateContainer(NRIContainerEvent, UpdatesMixin):
 
     linux_resources: api.LinuxResources = field(default_factory=api.LinuxResources)
     updates: list[api.ContainerUpdate] = field(default_factory=list)
+    _index: dict[str, api.ContainerUpdate] = field(default_factory=dict, repr=False, compare=False)
+    _indexed: int = field(default=0, repr=False, compare=False)
 
 
 @dataclass(slots=True, eq=False)
@@ -129,6 +148,8 @@ class NRIStopContainer(NRIContainerEvent, UpdatesMixin):
     """StopContainer: `updates` for the remaining containers (applied after the stop)."""
 
     updates: list[api.ContainerUpdate] = field(default_factory=list)
+    _index: dict[str, api.ContainerUpdate] = field(default_factory=dict, repr=False, compare=False)
+    _indexed: int = field(default=0, repr=False, compare=False)
 
 
 @dataclass(slots=True, eq=False)
@@ -145,6 +166,8 @@ class NRISynchronize(NRICall, UpdatesMixin):
     containers: list[api.Container] = field(default_factory=list)
     updates: list[api.ContainerUpdate] = field(default_factory=list)
     reconnect: bool = False
+    _index: dict[str, api.ContainerUpdate] = field(default_factory=dict, repr=False, compare=False)
+    _indexed: int = field(default=0, repr=False, compare=False)
 
 
 _STATE_NAMES: dict[int, str] = {

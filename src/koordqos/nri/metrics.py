@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter
 
-from koordqos.observability import REGISTRY
+from koordqos.observability import REGISTRY, LoopHistogram
 
 RECONNECTS = Counter(
     "koordqos_nri_reconnects_total",
@@ -42,7 +42,7 @@ REQUESTS = Counter(
     ["method", "outcome"],
     registry=REGISTRY,
 )
-REQUEST_SECONDS = Histogram(
+REQUEST_SECONDS = LoopHistogram(
     "koordqos_nri_request_seconds",
     "Plugin-side time per NRI call (decode, hooks, encode)",
     ["method"],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 
 from koordqos.errors import ProtocolError
-from koordqos.nri.ttrpc import HEADER_SIZE, MAX_DATA_SIZE
+from koordqos.nri.ttrpc import HEADER_SIZE, MAX_DATA_SIZE, take_bytes
 
 PLUGIN_SERVICE_CONN = 1
 RUNTIME_SERVICE_CONN = 2
@@ -71,7 +71,7 @@ class MuxDecoder:
             if stop > end:
                 break
             if conn_id in self._accept:
-                out.append((conn_id, bytes(buf[pos + FRAME_HEADER_SIZE : stop])))
+                out.append((conn_id, take_bytes(buf, pos + FRAME_HEADER_SIZE, stop)))
             else:
                 self.dropped += 1
             pos = stop
