@@ -37,6 +37,7 @@ async def _nri_phase(
     seeds = nri_seeds(t.scenario)
     counts: Counter[str] = Counter()
     vitals: list[tuple[int, int, int]] = []
+    hangs: list[tuple[int, str, bool, int]] = []
     next_i = 0
     step = max(total // 10, 1)
 
@@ -53,7 +54,14 @@ async def _nri_phase(
                 ] += 1
                 continue
             method, payload = seeds[i % len(seeds)]
-            counts[await t.nri(method, mut.mutate(payload), timeout=5.0)] += 1
+            links = len(t.runtime.links)
+            outcome = await t.nri(method, mut.mutate(payload), timeout=5.0)
+            counts[outcome] += 1
+            if outcome == "hang" and len(hangs) < 100:
+                # where a hang happens: the request index, its method, whether the plugin reconnected while
+                # it was in flight, and how many requests after the last stream break
+                since = i % every if every else i
+                hangs.append((i, method, len(t.runtime.links) != links, since))
             if i % step == 0:
                 v = t.vitals()
                 vitals.append((i, v.rss_kib, v.fds))
@@ -69,6 +77,7 @@ async def _nri_phase(
         "seconds": round(time.monotonic() - started, 1),
         "outcomes": dict(counts),
         "hangs": counts["hang"],
+        "hang_sites": hangs,
         "vitals": vitals,
     }
 
