@@ -31,7 +31,7 @@ from koordqos.proxy.api import runtime_api_pb2 as rpb
 from koordqos.proxy.api.runtime_api_grpc import RuntimeHookServiceStub
 from koordqos.proxy.convert import ProxyConverter
 from koordqos.proxy.registration import RegistrationFile, proxy_stages, render_registration
-from koordqos.proxy.server import CLOSED_STREAMS_KEPT, CorkedTransport, ProxyServer, _CorkedServer
+from koordqos.proxy.server import CLOSED_STREAMS_KEPT, CorkedTransport, ProxyServer, _CorkedServer, corked
 from koordqos.proxy.service import RuntimeHookService
 from koordqos.testing.poll import wait_until
 
@@ -322,6 +322,28 @@ async def test_corked_transport_sends_one_loop_step_of_writes_together() -> None
     finally:
         transport.close()
         peer.close()
+
+
+def test_uvloop_transports_are_corked_too() -> None:
+    """uvloop's transports are not asyncio.Transport subclasses: corking must not depend on that class."""
+    uvloop = pytest.importorskip("uvloop", reason="uvloop is not installed (koordqos[uvloop])")
+
+    async def wrapped_kind() -> tuple[bool, bool]:
+        ours, peer = socket.socketpair()
+        transport, _ = await asyncio.get_running_loop().create_connection(asyncio.Protocol, sock=ours)
+        try:
+            return isinstance(transport, asyncio.Transport), isinstance(corked(transport), CorkedTransport)
+        finally:
+            transport.close()
+            peer.close()
+
+    loop = uvloop.new_event_loop()
+    try:
+        is_asyncio_transport, was_corked = loop.run_until_complete(wrapped_kind())
+    finally:
+        loop.close()
+    assert not is_asyncio_transport  # what made the isinstance check skip corking
+    assert was_corked
 
 
 # -- failures of our own and overruns ---------------------------------------------------------------------

@@ -156,6 +156,10 @@ class MetricsCollector:
         self._plans: dict[str, _PodPlan] = {}
         # NodeState replaces its pods mapping on every change: per-mapping sums are kept until it does
         self._be_request_of: Mapping[str, PodInfo] | None = None
+        self._round_of: Mapping[str, PodInfo] | None = None
+        self._round_pods: list[PodInfo] = []
+        self._round_plans: list[_PodPlan] = []
+        self._round_bad: list[PodInfo] = []
         self._be_request_total = 0
         # host app cgroupPath → its dir, or the error refusing it (checked once per distinct path)
         self._app_dirs: dict[tuple[str, str, str], str | CgroupError] = {}
@@ -188,6 +192,7 @@ class MetricsCollector:
     async def round(self) -> MetricSnapshot:
         """One round: collect, store, drop deleted pods' series, publish a MetricTick."""
         snap = await self.collect()
+        await asyncio.sleep(0)
         # the pods' samples go in slices (1,000 pods: ~8,000 samples, several ms in one call otherwise)
         items = list(snap.pods.items())
         since = time.perf_counter()
@@ -196,6 +201,7 @@ class MetricsCollector:
                 await asyncio.sleep(0)
                 since = time.perf_counter()
             self.store.ingest_pods(snap.at, items[start : start + INGEST_SLICE])
+        await asyncio.sleep(0)
         self.store.ingest_node(snap)
         for uid in self.store.retain_pods(snap.pods.keys()):
             self._forget_pod(uid)
@@ -213,22 +219,33 @@ class MetricsCollector:
         at = self._clock()
         node = self._node(at)
         state = self.bus.state
-        pods = [p for p in state.pods.values() if not p.terminated]
         out: dict[str, PodSample] = {}
         seen: set[str] = set()
-        plans: list[_PodPlan] = []
         since = time.perf_counter()
         spent = 0.0
-        for pod in pods:
-            plan = self._plan(pod)
-            if plan is not None:
-                plans.append(plan)
+        if self._round_of is not state.pods:  # the pods and their plans, again only when the pods changed
+            pods = [p for p in state.pods.values() if not p.terminated]
+            plans, bad = [], []
+            for pod in pods:
+                plan = self._plan(pod)
+                if plan is None:
+                    bad.append(pod)
+                else:
+                    plans.append(plan)
+            self._round_pods, self._round_plans, self._round_bad = pods, plans, bad
+            self._round_of = state.pods
+        else:
+            for pod in self._round_bad:  # refused pods are counted every round, as before
+                self._plan(pod)
+        pods, plans = self._round_pods, self._round_plans
         read: list[tuple[float, list[bytes | None]]] | None = None
+        spent += time.process_time() - cpu0
         if self.read_in_thread and plans:
-            spent += time.process_time() - cpu0
             read = await asyncio.to_thread(_read_sets, self._clock, plans)
-            cpu0 = time.process_time()
-            since = time.perf_counter()
+        else:  # what ran before (the caller's tail, /proc, the plans) is one slice; the pods start afresh
+            await asyncio.sleep(0)
+        cpu0 = time.process_time()
+        since = time.perf_counter()
         clock = self._clock
         for i, plan in enumerate(plans):
             if time.perf_counter() - since >= YIELD_AFTER_SECONDS:
@@ -507,6 +524,7 @@ class MetricsCollector:
 
     def _forget_pod(self, uid: str) -> None:
         self._warned.discard("pod:" + uid)
+        self._round_of = None  # the round's plan list may hold the closed files
         plan = self._plans.pop(uid, None)
         if plan is not None:
             plan.files.close()

@@ -123,6 +123,17 @@ class CorkedTransport:
         return getattr(self._transport, name)
 
 
+def corked(transport: asyncio.BaseTransport) -> asyncio.BaseTransport:
+    """`transport` wrapped in a CorkedTransport when it can write.
+
+    Duck-typed, not `isinstance(asyncio.Transport)`: uvloop's transports do not derive from asyncio's
+    classes, and under uvloop (the default when installed) the check skipped corking altogether.
+    """
+    if callable(getattr(transport, "write", None)) and callable(getattr(transport, "is_closing", None)):
+        return cast(asyncio.Transport, CorkedTransport(cast(asyncio.Transport, transport)))
+    return transport
+
+
 #: Closed streams an HTTP/2 connection remembers (h2 keeps 65,536 by default, ~135 bytes each: ~8.5 MiB per
 #: long-lived connection, up to --runtime-hooks-max-connections of them). The memory only tells a late frame
 #: on a just-closed stream from a protocol error; a unary server has at most its in-flight streams there.
@@ -170,9 +181,7 @@ class _CorkedServer(Server):
             counted = True
             self.open_connections += 1
             m.OPEN_CONNECTIONS.set(self.open_connections)
-            if isinstance(transport, asyncio.Transport):
-                transport = cast(asyncio.Transport, CorkedTransport(transport))
-            made(transport)
+            made(corked(transport))
             bound_closed_streams(protocol)
 
         def connection_lost(exc: Exception | None) -> None:

@@ -255,6 +255,8 @@ class CPUSuppress:
         self._pending: dict[str, object] = {}
         self._full = True
         self._cpusets_of: Mapping[str, PodInfo] | None = None
+        self._non_be_of: Mapping[str, PodInfo] | None = None
+        self._non_be_flags: dict[str, bool] = {}
         self._cpusets: dict[str, frozenset[int]] = {}
 
     def plan(self, inp: SuppressInputs, full: bool = True) -> SuppressPlan:
@@ -288,6 +290,7 @@ class CPUSuppress:
             out.skipped = "node cpu usage unavailable"
             return out
         capacity = inp.node.capacity.get("cpu", 0)
+        non_be = self._non_be(inp.pods)
         pod_non_be, app_non_be, system = calculate_filter_pods_used(
             inp.node_used,
             inp.reserved_milli / 1000,
@@ -295,7 +298,7 @@ class CPUSuppress:
             inp.pod_used,
             cfg.host_apps,
             inp.host_app_used,
-            non_be_pod,
+            lambda pod: non_be.get(pod.uid) is not False,
             lambda app: app.non_be,
             lambda app: app.name,
         )
@@ -329,6 +332,13 @@ class CPUSuppress:
         """Whether `group` landed from `key` before (and this is not a full round); else it is pending."""
         self._pending[group] = key
         return not self._full and group in self.landed and self.landed[group] == key
+
+    def _non_be(self, pods: Mapping[str, PodInfo]) -> dict[str, bool]:
+        """`non_be_pod` of every pod by uid, memoised per pods mapping (1,000 pods: ~1 ms each round)."""
+        if self._non_be_of is not pods:
+            self._non_be_flags = {uid: non_be_pod(pod) for uid, pod in pods.items()}
+            self._non_be_of = pods
+        return self._non_be_flags
 
     def _scheduler_cpusets(self, pods: Mapping[str, PodInfo]) -> dict[str, frozenset[int]]:
         """`scheduler_cpusets`, memoised per pods mapping (NodeState replaces it on every change)."""
@@ -675,6 +685,7 @@ class CPUSuppressStrategy:
         await asyncio.sleep(0)  # the inputs and the plan are two slices
         plan = self.core.plan(inp, full=full)
         self.last_plan = plan
+        await asyncio.sleep(0)  # ... and the plan and the writes
         writes = plan.writes
         if full:  # re-check the files themselves, not the executor's cache of what it wrote
             writes = [replace(w, cacheable=False) for w in writes]
