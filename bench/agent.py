@@ -1,14 +1,23 @@
-"""The whole agent at 200 pods: event-loop lag, resident memory and CPU while watched, ticked and hooked.
+"""The whole agent at N pods: CPU, resident memory, loop lag, the longest loop step, start-up to /readyz.
 
 The agent runs as a real subprocess (`python -m koordqos run`) against a synthetic node: a fake Kubernetes
-API server with 200 pods (half LS, half BE with batch resources) and an enabled NodeSLO, a synthetic
-cgroup/proc/sys tree whose counters advance, and a mock NRI runtime that synchronises 200 pods / 400
-containers and then sends CreateContainer calls throughout the measurement.
+API server with N pods (`--pods`, default 200; half LS, half BE with batch resources) and an enabled NodeSLO,
+a synthetic cgroup/proc/sys tree whose counters advance (with the pod, sandbox and container dirs a runtime
+would have made), and a mock NRI runtime that synchronises the N pods / 2N containers. After /readyz and a
+warm-up, two windows are measured: *steady* (counters advance, no runtime events) and *churn* (18
+CreateContainer calls every 0.5 s: 36 /s, each a new container; each removed again 2.5 s later). In each:
+CPU (utime + stime of the agent, all threads) as % of one core, loop lag p99 (the agent's 100 ms probe
+histogram, this window only) and the longest single loop step with its name, from the slow-step detector
+(`KOORDQOS_LOOP_WATCH`, /debug/loop; `--step-clock cpu`, the default, times steps by the loop thread's CPU
+time, which on a loaded machine leaves out the time the agent waited for a core; the wall time of that step
+is printed too).
+The load average is printed with each run: the figures mean nothing without it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -16,19 +25,27 @@ import socket
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from _common import machine, median, parser, table
 from koordqos.model.pod import parse_pod
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_nodeslo, make_pod
+from koordqos.testing.mock_nri.protocol import PluginDroppedError
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
 
 NODE = "bench-node"
 PODS = 200
+PY_SPY = str(Path(sys.executable).with_name("py-spy"))  # installed next to this interpreter (the venv)
+TICK_S = 0.5
+CREATES_PER_TICK = 18  # 36 CreateContainer calls per second in the churn window (issue #18)
+CHURN_LIFETIME_TICKS = 5  # a churn container is removed 2.5 s after its creation
+WARMUP_S = 5.0  # after the first reconcile pass: the first ticks
 
 
 def free_port() -> int:
@@ -51,16 +68,38 @@ def proc_memory(pid: int) -> tuple[int, int]:
     return rss, hwm
 
 
-def lag_quantile(metrics: str, q: float) -> float:
-    """Upper bound of the histogram bucket holding the q-quantile of koordqos_event_loop_lag_seconds."""
-    buckets = []
-    for m in re.finditer(r'koordqos_event_loop_lag_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)', metrics):
-        buckets.append((float(m.group(1)), float(m.group(2))))
+def lag_buckets(metrics: str) -> list[tuple[float, float]]:
+    """(le, cumulative count) of koordqos_event_loop_lag_seconds from a /metrics page."""
+    pattern = r'koordqos_event_loop_lag_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)'
+    return [(float(m.group(1)), float(m.group(2))) for m in re.finditer(pattern, metrics)]
+
+
+def lag_quantile(after: str, q: float, before: str = "") -> float:
+    """Upper bound of the histogram bucket holding the q-quantile of the loop lag between two scrapes."""
+    base = dict(lag_buckets(before)) if before else {}
+    buckets = [(le, n - base.get(le, 0.0)) for le, n in lag_buckets(after)]
     total = buckets[-1][1]
     for le, count in buckets:
         if count >= q * total:
             return le
     return float("inf")
+
+
+def counter(metrics: str, name: str, labels: str) -> float:
+    """One sample of a /metrics page (0 when absent); `labels` as rendered, e.g. 'type="MetricTick"'."""
+    pattern = rf"^{name}\{{{re.escape(labels)}\}} ([0-9.e+]+)$" if labels else rf"^{name} ([0-9.e+]+)$"
+    m = re.search(pattern, metrics, re.MULTILINE)
+    return float(m.group(1)) if m else 0.0
+
+
+def counters(metrics: str, name: str, label: str) -> dict[str, float]:
+    """Samples of a counter summed by one label."""
+    out: dict[str, float] = {}
+    for m in re.finditer(rf"^{name}\{{([^}}]*)\}} ([0-9.e+]+)$", metrics, re.MULTILINE):
+        value = re.search(rf'{label}="([^"]*)"', m.group(1))
+        if value:
+            out[value.group(1)] = out.get(value.group(1), 0.0) + float(m.group(2))
+    return out
 
 
 def report_writes(metrics: str, kind: str) -> float:
@@ -70,7 +109,133 @@ def report_writes(metrics: str, kind: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dict[str, float]:
+@dataclass
+class Window:
+    """One measured window of a run."""
+
+    cpu_percent: float
+    lag_p99_ms: float
+    longest_ms: float
+    longest_name: str
+    longest_wall_ms: float  # the same step by the wall clock
+    step_clock: str
+    dropped: str  # the runtime dropped the plugin (a reply missed its deadline) in this window
+    creates_per_s: float
+    seconds: float
+    cpu_ms_per_tick: float  # CPU per metrics tick: the demand, also when the load makes ticks late
+    ticks: float
+    planned_pods: dict[str, float]  # by reconciler pass kind
+    cgroup_writes: dict[str, float]  # by outcome
+
+
+async def _get(http: aiohttp.ClientSession, url: str) -> str:
+    async with http.get(url) as r:
+        return await r.text()
+
+
+def churn_container(sp: Any, tick: int) -> Any:
+    """The container a churn tick creates in pod `sp`: a fresh id per tick (ids 16… of the pod)."""
+    return sample_container(sp, 16 + tick)
+
+
+async def churn_tick(node: SyntheticNode, churn: tuple[MockRuntime, list[Any]], tick: int) -> None:
+    """One tick of churn: a new container in each of the first pods, and the one made 5 ticks ago removed.
+
+    As a runtime would, the container's cgroup dir is made before CreateContainer and removed after
+    RemoveContainer; so the node keeps 2N + 5 × 18 containers and every created one is new to the agent.
+    """
+    runtime, pods = churn
+    for sp in pods[:CREATES_PER_TICK]:
+        ctr = churn_container(sp, tick)
+        pod_dir = node.layout.normalize_parent(sp.linux.cgroup_parent)
+        node.make_cgroup(node.layout.container_dir_in(pod_dir, f"containerd://{ctr.id}"))
+        await runtime.create_container(sp, ctr)
+        if tick >= CHURN_LIFETIME_TICKS:
+            old = churn_container(sp, tick - CHURN_LIFETIME_TICKS)
+            await runtime.remove_container(sp, old)
+            node.remove_cgroup(node.layout.container_dir_in(pod_dir, f"containerd://{old.id}"))
+
+
+async def measure(
+    http: aiohttp.ClientSession,
+    base: str,
+    pid: int,
+    seconds: float,
+    node: SyntheticNode,
+    churn: tuple[MockRuntime, list[Any]] | None,
+    profile: str = "",
+) -> Window:
+    """CPU, lag p99 and the longest step over `seconds`; with `churn`, 18 CreateContainer calls per 0.5 s."""
+    before = await _get(http, f"{base}/metrics")
+    since = time.monotonic()
+    cpu0 = proc_cpu_seconds(pid)
+    t0 = time.monotonic()
+    spy = None
+    if profile:  # py-spy's collapsed stacks of the agent over this window (--nonblocking: no pauses)
+        spy = await asyncio.create_subprocess_exec(
+            *(PY_SPY, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "100"),
+            *("--nonblocking", "--format", "raw", "--output", profile),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+    calls = 0
+    tick = 0
+    dropped = ""
+    while time.monotonic() - t0 < seconds:
+        node.advance_node_cpu(busy_ticks=300, idle_ticks=500)
+        if churn is not None and not dropped:
+            try:
+                await churn_tick(node, churn, tick)
+                calls += CREATES_PER_TICK
+            except PluginDroppedError as exc:  # the agent missed the runtime's 2 s deadline: say so
+                dropped = str(exc)
+        tick += 1
+        # paced to the tick, not slept after the calls: the rate stays 36/s while each call is quick enough
+        await asyncio.sleep(max(0.0, t0 + tick * TICK_S - time.monotonic()))
+    elapsed = time.monotonic() - t0
+    cpu = proc_cpu_seconds(pid) - cpu0
+    if spy is not None:
+        await spy.wait()
+    after = await _get(http, f"{base}/metrics")
+    async with http.get(f"{base}/debug/loop?since={since}") as r:
+        loop = await r.json() if r.status == 200 else {}
+    top = loop.get("longest_since") or {"seconds": 0.0, "name": "(no step ≥ 1 ms)"}
+    top.setdefault("wall", top["seconds"])
+    ticks = counter(after, "koordqos_bus_events_total", 'type="MetricTick"') - counter(
+        before, "koordqos_bus_events_total", 'type="MetricTick"'
+    )
+
+    def delta(name: str, label: str) -> dict[str, float]:
+        old = counters(before, name, label)
+        return {k: v - old.get(k, 0.0) for k, v in counters(after, name, label).items()}
+
+    return Window(
+        cpu_ms_per_tick=1000 * cpu / ticks if ticks else float("nan"),
+        ticks=ticks,
+        planned_pods=delta("koordqos_hooks_reconcile_planned_pods_total", "pass"),
+        cgroup_writes=delta("koordqos_cgroup_writes_total", "outcome"),
+        cpu_percent=100 * cpu / elapsed,
+        lag_p99_ms=lag_quantile(after, 0.99, before) * 1000,
+        longest_ms=top["seconds"] * 1000,
+        longest_name=top["name"],
+        longest_wall_ms=top["wall"] * 1000,
+        step_clock=f"{loop.get('clock', 'wall')}, {loop.get('mode', 'off')}",
+        dropped=dropped,
+        creates_per_s=calls / elapsed,
+        seconds=elapsed,
+    )
+
+
+async def one_run(
+    pods: int,
+    steady_s: float,
+    churn_s: float,
+    workdir: Path,
+    reporting: bool = True,
+    profile: str = "",
+    step_clock: str = "cpu",
+    event_loop: str = "",
+) -> dict[str, Any]:
     node = SyntheticNode(workdir / "node", cpus=8)
     api = FakeAPIServer()
     await api.start()
@@ -85,7 +250,7 @@ async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dic
         api.upsert(
             "nodemetrics", make_nodemetric(NODE, {"metricCollectPolicy": {"reportIntervalSeconds": 30}})
         )
-    nri_pods = [sample_pod(i, "besteffort" if i % 2 else "burstable") for i in range(PODS)]
+    nri_pods = [sample_pod(i, "besteffort" if i % 2 else "burstable") for i in range(pods)]
     for i, sp in enumerate(nri_pods):
         be = bool(i % 2)
         raw = make_pod(
@@ -101,7 +266,10 @@ async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dic
             else {"cpu": "1", "memory": "1Gi"},
         )
         api.upsert("pods", raw)
-        node.add_pod(parse_pod(raw))
+        pod_dir = node.add_pod(parse_pod(raw))
+        # as on a real node: the sandbox's and the containers' cgroup dirs exist (the runtime made them)
+        for cid in (sp.id, sample_container(sp, 0).id, sample_container(sp, 1).id):
+            node.make_cgroup(node.layout.container_dir_in(pod_dir, f"containerd://{cid}"))
     kubeconfig = api.write_kubeconfig(workdir / "kubeconfig")
     sock = workdir / "nri.sock"
     runtime = MockRuntime(sock)
@@ -109,6 +277,7 @@ async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dic
     runtime.containers = [sample_container(p, j) for p in nri_pods for j in range(2)]
     await runtime.start()
     port = free_port()
+    base = f"http://127.0.0.1:{port}"
     cmd = [
         sys.executable,
         "-m",
@@ -123,70 +292,70 @@ async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dic
         str(sock),
         "--http-addr",
         f"127.0.0.1:{port}",
+        "--debug-endpoints",
         "--log-level",
         "warning",
         "--log-format",
         "json",
     ]
+    if event_loop:
+        cmd += ["--event-loop", event_loop]
     if not reporting:
         cmd += ["--enable-node-metric-report=false", "--feature-gates=NodeTopologyReport=false"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
+    if step_clock != "off":  # off: to measure what the detector itself costs
+        env["KOORDQOS_LOOP_WATCH"] = step_clock if step_clock == "cpu" else "1"
     errlog = open(os.environ.get("BENCH_AGENT_STDERR", os.devnull), "w")  # noqa: SIM115
+    load_start = os.getloadavg()
+    t_spawn = time.monotonic()
     proc = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=errlog)
-    result: dict[str, float] = {}
+    result: dict[str, Any] = {"pods": pods}
     try:
-        await runtime.wait_joined(timeout=60)
         async with aiohttp.ClientSession() as http:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 60 + pods * 0.05
             while True:
                 try:
-                    async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+                    async with http.get(f"{base}/readyz") as r:
                         if r.status == 200:
                             break
                 except aiohttp.ClientError:
                     pass
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or proc.returncode is not None:
                     raise RuntimeError("agent never became ready")
-                await asyncio.sleep(0.1)
-            async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
-                before = await r.text()
-            cpu0 = proc_cpu_seconds(proc.pid)
-            t0 = time.monotonic()
-            calls = 0
-            # the load for `duration` s; with reporting, until the first NodeMetric status is written too
-            # (the first report comes one 30 s interval after start), so every run includes report rounds
-            limit = duration + (60.0 if reporting else 0.0)
-            after = ""
-            while True:
-                elapsed = time.monotonic() - t0
-                if elapsed >= duration:
-                    async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
-                        after = await r.text()
-                    if not reporting or report_writes(after, "NodeMetric") >= 1 or elapsed >= limit:
-                        break
-                node.advance_node_cpu(busy_ticks=300, idle_ticks=500)
-                for sp in nri_pods[:20]:
-                    await runtime.create_container(sp, sample_container(sp, 9 + calls % 5))
-                    calls += 1
-                await asyncio.sleep(0.5)
-            elapsed = time.monotonic() - t0
-            cpu = proc_cpu_seconds(proc.pid) - cpu0
+                await asyncio.sleep(0.05)
+            result["startup_s"] = time.monotonic() - t_spawn
+            await runtime.wait_joined(timeout=60)
+            # the start-up work is not steady state: a reconciler pass that began after the Synchronize
+            # must have finished (its first one writes every pod) before the warm-up starts
+            passes = counter(
+                await _get(http, f"{base}/metrics"), "koordqos_hooks_reconcile_seconds_count", ""
+            )
+            limit = time.monotonic() + 30 + pods * 0.05
+            while time.monotonic() < limit:
+                done = counter(
+                    await _get(http, f"{base}/metrics"), "koordqos_hooks_reconcile_seconds_count", ""
+                )
+                if done >= passes + 1:
+                    break
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(WARMUP_S)
+            prof = [f"{profile}-{pods}-{w}.txt" if profile else "" for w in ("steady", "churn")]
+            steady = await measure(http, base, proc.pid, steady_s, node, None, prof[0])
+            churn = await measure(http, base, proc.pid, churn_s, node, (runtime, nri_pods), prof[1])
+            metrics = await _get(http, f"{base}/metrics")
         rss, hwm = proc_memory(proc.pid)
-        result = {
-            "lag_p99_ms": lag_quantile(after, 0.99) * 1000,
-            "lag_p50_ms": lag_quantile(after, 0.50) * 1000,
+        result |= {
+            "steady": asdict(steady),
+            "churn": asdict(churn),
             "rss_mib": rss / 2**20,
             "hwm_mib": hwm / 2**20,
-            "cpu_percent": 100 * cpu / elapsed,
-            "creates_per_s": calls / elapsed,
-            "nodemetric_writes": report_writes(after, "NodeMetric"),
-            "nrt_writes": report_writes(after, "NodeResourceTopology"),
-            "elapsed_s": elapsed,
+            "nodemetric_writes": report_writes(metrics, "NodeMetric"),
+            "nrt_writes": report_writes(metrics, "NodeResourceTopology"),
+            "load": [load_start, os.getloadavg()],
         }
-        del before
         proc.send_signal(signal.SIGTERM)
         t_stop = time.monotonic()
-        rc = await asyncio.wait_for(proc.wait(), 10)
+        rc = await asyncio.wait_for(proc.wait(), 10 + pods * 0.01)
         result["stop_s"] = time.monotonic() - t_stop
         result["rc"] = rc
     finally:
@@ -200,38 +369,118 @@ async def one_run(duration: float, workdir: Path, reporting: bool = True) -> dic
 
 def main() -> None:
     p = parser(__doc__ or "")
+    p.set_defaults(runs=3)
+    p.add_argument("--pods", type=int, nargs="+", default=[PODS], help="pod counts (2 containers per pod)")
+    p.add_argument("--steady", type=float, default=20.0, help="seconds of the steady window")
+    p.add_argument("--churn", type=float, default=20.0, help="seconds of the churn window")
+    p.add_argument("--json", default="", help="also write every run's figures to this file")
+    p.add_argument(
+        "--step-clock",
+        choices=("cpu", "wall", "off"),
+        default="cpu",
+        help="time loop steps by CPU or wall time (or not)",
+    )
+    p.add_argument(
+        "--event-loop",
+        default="",
+        help="the agent's --event-loop (default: its own; uvloop is probed, unnamed)",
+    )
+    p.add_argument("--profile", default="", help="py-spy each window into PREFIX-<pods>-<window>.txt (raw)")
     p.add_argument(
         "--reporting",
         choices=("on", "off"),
         default="on",
-        help="NodeMetric and NRT reports (on: a NodeMetric exists and the run lasts until one is written)",
+        help="NodeMetric and NRT reports (on: a NodeMetric with a 30 s report interval exists)",
     )
     args = p.parse_args()
-    duration = 6.0 if args.quick else 30.0
-    runs = 1 if args.quick else min(args.runs, 3)
-    results = []
-    for _ in range(runs):
-        with tempfile.TemporaryDirectory(prefix="koordqos-bench-") as tmp:
-            results.append(asyncio.run(one_run(duration, Path(tmp), args.reporting == "on")))
+    steady_s, churn_s = (6.0, 6.0) if args.quick else (args.steady, args.churn)
+    runs = 1 if args.quick else args.runs
+    everything: list[dict[str, Any]] = []
+    rows = []
+    for pods in args.pods:
+        results = []
+        for i in range(runs):
+            with tempfile.TemporaryDirectory(prefix="koordqos-bench-") as tmp:
+                try:
+                    r = asyncio.run(
+                        one_run(
+                            pods,
+                            steady_s,
+                            churn_s,
+                            Path(tmp),
+                            args.reporting == "on",
+                            args.profile,
+                            args.step_clock,
+                            args.event_loop,
+                        )
+                    )
+                except Exception as exc:  # one failed run (e.g. never ready under the load) is reported
+                    print(f"# {pods} pods run {i + 1}/{runs} FAILED: {type(exc).__name__}: {exc}", flush=True)
+                    continue
+            results.append(r)
+            everything.append(r)
+            if args.json:  # after every run: a later failure keeps what was measured
+                Path(args.json).write_text(json.dumps(everything, indent=1))
+            load = r["load"]
+            worst = max((r["steady"], r["churn"]), key=lambda w: w["longest_ms"])
+            print(
+                f"# {pods} pods run {i + 1}/{runs}: steady {r['steady']['cpu_percent']:.1f} %, "
+                f"churn {r['churn']['cpu_percent']:.1f} % ({r['churn']['creates_per_s']:.0f}/s), "
+                f"lag p99 ≤ {r['steady']['lag_p99_ms']:g}/{r['churn']['lag_p99_ms']:g} ms, longest step "
+                f"{r['steady']['longest_ms']:.1f}/{r['churn']['longest_ms']:.1f} ms "
+                f"({worst['step_clock']}; {worst['longest_wall_ms']:.1f} ms wall) [{worst['longest_name']}], "
+                f"start-up {r['startup_s']:.1f} s, RSS {r['rss_mib']:.0f} MiB; "
+                f"load {load[0][0]:.1f} → {load[1][0]:.1f}; ticks {r['steady']['ticks']:.0f}/"
+                f"{r['churn']['ticks']:.0f} ({r['steady']['cpu_ms_per_tick']:.0f}/"
+                f"{r['churn']['cpu_ms_per_tick']:.0f} ms CPU per tick); planned pods "
+                f"{r['steady']['planned_pods']}/{r['churn']['planned_pods']}; cgroup writes "
+                f"{r['steady']['cgroup_writes']}/{r['churn']['cgroup_writes']}"
+                + (f"; NRI PLUGIN DROPPED: {r['churn']['dropped']}" if r["churn"]["dropped"] else ""),
+                flush=True,
+            )
+        if not results:
+            continue
 
-    def med(key: str) -> float:
-        return median([r[key] for r in results])
+        def med(get: Any, rs: list[dict[str, Any]] = results) -> float:
+            return median([get(r) for r in rs])
 
-    print(f"machine: {machine()}; {runs} run(s) of {duration:.0f} s, median; {PODS} pods, {2 * PODS} ctrs")
+        longest = max(results, key=lambda r: max(r["steady"]["longest_ms"], r["churn"]["longest_ms"]))
+        lw = max((longest["steady"], longest["churn"]), key=lambda w: w["longest_ms"])
+        rows.append(
+            [
+                pods,
+                f"{med(lambda r: r['steady']['cpu_percent']):.1f} % "
+                f"({med(lambda r: r['steady']['cpu_ms_per_tick']):.0f} ms/tick)",
+                f"{med(lambda r: r['churn']['cpu_percent']):.1f} % "
+                f"({med(lambda r: r['churn']['cpu_ms_per_tick']):.0f} ms/tick; "
+                f"{med(lambda r: r['churn']['creates_per_s']):.0f} creates/s)",
+                f"{med(lambda r: r['rss_mib']):.0f} MiB",
+                f"≤ {med(lambda r: r['steady']['lag_p99_ms']):g} / "
+                f"≤ {med(lambda r: r['churn']['lag_p99_ms']):g} ms",
+                f"{med(lambda r: r['steady']['longest_ms']):.1f} / "
+                f"{med(lambda r: r['churn']['longest_ms']):.1f} ms "
+                f"(max {lw['longest_ms']:.1f}, {lw['longest_wall_ms']:.0f} wall: {lw['longest_name']})",
+                f"{med(lambda r: r['startup_s']):.1f} s",
+                f"{med(lambda r: r['load'][0][0]):.1f}–{med(lambda r: r['load'][1][0]):.1f}",
+            ]
+        )
+    print(
+        f"machine: {machine()}; {runs} run(s) per size, median; windows {steady_s:.0f} s steady + "
+        f"{churn_s:.0f} s churn; reporting {args.reporting}"
+    )
     print(
         table(
+            rows,
             [
-                ["event-loop lag p50 (histogram bucket)", f"≤ {med('lag_p50_ms'):g} ms"],
-                ["event-loop lag p99 (histogram bucket)", f"≤ {med('lag_p99_ms'):g} ms"],
-                ["resident memory at the end (VmRSS)", f"{med('rss_mib'):.0f} MiB"],
-                ["peak resident memory (VmHWM)", f"{med('hwm_mib'):.0f} MiB"],
-                ["agent CPU (1 s ticks, 4 strategies, hooks)", f"{med('cpu_percent'):.1f} % of one core"],
-                ["CreateContainer calls driven", f"{med('creates_per_s'):.0f} /s"],
-                ["measured for", f"{med('elapsed_s'):.0f} s (reporting {args.reporting})"],
-                ["NodeMetric / NRT writes", f"{med('nodemetric_writes'):.0f} / {med('nrt_writes'):.0f}"],
-                ["SIGTERM → exit", f"{med('stop_s'):.2f} s (exit code {int(med('rc'))})"],
+                "pods",
+                "CPU steady",
+                "CPU churn",
+                "RSS",
+                "lag p99 steady / churn",
+                f"longest step steady / churn ({args.step_clock} time)",
+                "start-up → /readyz",
+                "load avg",
             ],
-            ["measure", "value"],
         )
     )
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import structlog
 
+from koordqos import loopwatch
 from koordqos import observability as obs
 from koordqos.cgroups import CgroupExecutor, CgroupLayout, CgroupReader, describe
 from koordqos.cgroups.roots import check_host_roots, missing_controllers, readiness_reason
@@ -492,6 +493,8 @@ class Agent:
         loop = asyncio.get_running_loop()
         if loop.get_debug():  # PYTHONASYNCIODEBUG=1: name every step that breaks the 10 ms budget
             loop.slow_callback_duration = 0.01
+        if loopwatch.enabled():  # KOORDQOS_LOOP_WATCH=1: time every step (bench/agent.py; /debug/loop)
+            loopwatch.install(loop)
         if not self.components:
             self.build()
         for sig in (signal.SIGTERM, signal.SIGINT):

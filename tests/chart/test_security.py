@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
 import helm_python as helm
+import pytest
 
 from .chart_render import NAMESPACE, Rendered, render
 
@@ -144,6 +146,46 @@ def test_resources_fit_the_memory_budget(default_render: Rendered) -> None:
     assert resources["requests"]["memory"] == "128Mi"
     assert resources["limits"]["memory"] == "256Mi"
     assert resources["requests"]["cpu"] == "100m"
+
+
+def _mib(quantity: str) -> int:
+    assert quantity.endswith("Mi"), quantity
+    return int(quantity[:-2])
+
+
+def _millicores(quantity: str | int) -> int:
+    text = str(quantity)
+    return int(text[:-1]) if text.endswith("m") else int(float(text) * 1000)
+
+
+# The scaling table (docs/performance.md "Scaling", bench/agent.py): resident memory at the end of the run,
+# MiB, per pod count. The chart's presets must request at least that and limit at twice the request.
+MEASURED_RSS_MIB = {200: 122, 1000: 191, 2000: 300}
+
+
+@pytest.mark.parametrize("pods", sorted(MEASURED_RSS_MIB))
+def test_sizing_presets_follow_the_scaling_table(chart: helm.Chart, pods: int) -> None:
+    resources = render(chart, {"sizing": {"pods": pods}}).container["resources"]
+    assert _mib(resources["requests"]["memory"]) >= MEASURED_RSS_MIB[pods]
+    assert _mib(resources["limits"]["memory"]) >= 2 * _mib(resources["requests"]["memory"])
+    assert _millicores(resources["limits"]["cpu"]) >= 4 * _millicores(resources["requests"]["cpu"])
+
+
+def test_sizing_presets_grow_with_the_pods(chart: helm.Chart) -> None:
+    rows = [render(chart, {"sizing": {"pods": n}}).container["resources"] for n in (200, 1000, 2000)]
+    for small, large in itertools.pairwise(rows):
+        assert _mib(large["requests"]["memory"]) > _mib(small["requests"]["memory"])
+        assert _millicores(large["requests"]["cpu"]) > _millicores(small["requests"]["cpu"])
+
+
+def test_explicit_resources_replace_the_preset(chart: helm.Chart) -> None:
+    mine = {"requests": {"cpu": "300m", "memory": "200Mi"}, "limits": {"memory": "400Mi"}}
+    assert render(chart, {"resources": mine, "sizing": {"pods": 2000}}).container["resources"] == mine
+
+
+def test_a_pod_count_without_a_preset_is_refused(chart: helm.Chart) -> None:
+    with pytest.raises(helm.HelmValuesError, match="sizing"):
+        render(chart, {"sizing": {"pods": 500}})
 
 
 def _mounts(rendered: Rendered) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:

@@ -473,3 +473,138 @@ async def test_one_pods_unexpected_failure_never_aborts_the_pass_for_the_others(
     assert "RecursionError" in result.errors["pod/bad1"]
     # none of the failed pod's own (partial) intents were kept
     assert not any(w.parent.startswith(bad_dir) and w.resource == "cpu.cfs_quota_us" for w in result.writes)
+
+
+# -- incremental passes: only pods whose inputs changed, plus a slow full pass (#18) ---------------
+
+
+def _drifting_reconciler(node: SyntheticNode, **kwargs: Any) -> tuple[HookReconciler, list[float]]:
+    """A reconciler on a bus whose executor runs on a clock the test moves (to let a cached value expire)."""
+    from koordqos.cgroups.executor import CgroupExecutor
+    from koordqos.events.bus import EventBus
+
+    base = make_reconciler(node)
+    now = [0.0]
+    executor = CgroupExecutor(node.layout, base.decisions, clock=lambda: now[0])
+    rec = HookReconciler(
+        base.hooks, node.layout, executor, base.host, base.decisions, bus=EventBus(), **kwargs
+    )
+    return rec, now
+
+
+async def test_only_the_changed_pod_is_replanned(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    p1, p2 = be_pod("be1"), be_pod("be2")
+    d1, d2 = node.add_pod(p1), node.add_pod(p2)  # type: ignore[arg-type]
+    rec = make_reconciler(node)
+    first = await rec.reconcile(state(PodsReplaced((p1, p2))))  # type: ignore[arg-type]
+    assert first.full
+    assert sorted(first.planned) == ["be1", "be2"]  # NodeState maps have no defined order
+    node.write(d1, "cpu", "cpu.cfs_quota_us", -1)  # p1 drifts, but nothing about p1 changed
+    rec.executor.invalidate()
+    p2_more = be_pod("be2", cpu=800)
+    result = await rec.reconcile(state(PodsReplaced((p1, p2_more))), "PodUpserted")  # type: ignore[arg-type]
+    assert not result.full
+    assert result.planned == ["be2"]
+    assert not any(w.parent.startswith(d1) for w in result.writes)
+    assert cpu(node, d2, "cpu.cfs_quota_us") == "80000"
+    assert cpu(node, d1, "cpu.cfs_quota_us") == "-1"  # not re-planned, so not re-applied
+    # what the pass carries over for the unchanged pod: its containers (core-sched pruning reads them)
+    assert {"be1/containerd://be1c0", "be2/containerd://be2c0"} <= result.containers
+    unchanged = await rec.reconcile(state(PodsReplaced((p1, p2_more))), "interval")  # type: ignore[arg-type]
+    assert unchanged.planned == []
+    assert not unchanged.full
+    full = await rec.reconcile(state(PodsReplaced((p1, p2_more))))  # type: ignore[arg-type]
+    assert full.full
+    assert sorted(full.planned) == ["be1", "be2"]
+    assert cpu(node, d1, "cpu.cfs_quota_us") == "50000"
+
+
+async def test_a_nodeslo_change_makes_the_pass_full(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    p = be_pod()
+    pdir = node.add_pod(p)  # type: ignore[arg-type]
+    rec = make_reconciler(node)
+    await rec.reconcile(state(PodsReplaced((p,)), NodeSLOUpdated(parse_nodeslo({}))))  # type: ignore[arg-type]
+    s = state(PodsReplaced((p,)), NodeSLOUpdated(parse_nodeslo(CFS_SUPPRESS_SLO)))  # type: ignore[arg-type]
+    result = await rec.reconcile(s, "NodeSLOUpdated")
+    assert result.full
+    assert result.planned == ["be1"]
+    assert cpu(node, pdir, "cpu.cfs_quota_us") == "-1"
+
+
+async def test_a_pod_whose_dir_is_missing_is_planned_again_until_it_lands(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    p = be_pod()
+    rec = make_reconciler(node)
+    s = state(PodsReplaced((p,)))  # type: ignore[arg-type]
+    await rec.reconcile(s)  # no pod dir yet: the writes find it vanished
+    again = await rec.reconcile(s, "interval")
+    assert again.planned == ["be1"]
+    pdir = node.add_pod(p)  # type: ignore[arg-type]
+    landed = await rec.reconcile(s, "interval")
+    assert landed.planned == ["be1"]
+    assert cpu(node, pdir, "cpu.cfs_quota_us") == "50000"
+    settled = await rec.reconcile(s, "interval")
+    assert settled.planned == []
+
+
+async def test_the_slow_full_pass_reapplies_a_file_changed_behind_our_back(tmp_path: Path) -> None:
+    import asyncio
+
+    node = make_node(tmp_path)
+    p1, p2 = be_pod("be1"), be_pod("be2")
+    d1 = node.add_pod(p1)  # type: ignore[arg-type]
+    node.add_pod(p2)  # type: ignore[arg-type]
+    rec, now = _drifting_reconciler(node, interval=0.01, settle=0.01, full_interval=3600)
+    assert rec.bus is not None
+    rec.bus.publish_nowait(PodsReplaced((p1, p2)))  # type: ignore[arg-type]
+    task = asyncio.create_task(rec.run())
+    try:
+        await wait_until(lambda: cpu(node, d1, "cpu.cfs_quota_us") == "50000", timeout=10, message="applied")
+        node.write(d1, "cpu", "cpu.cfs_quota_us", -1)
+        now[0] = 61.0  # the executor's cache no longer holds the value (force_update_seconds = 60)
+        rec.bus.publish_nowait(PodsReplaced((p1, be_pod("be2", cpu=800))))  # type: ignore[arg-type]
+        passes = rec.passes
+        await wait_until(lambda: rec.passes >= passes + 5, timeout=10, message="five incremental passes")
+        assert cpu(node, d1, "cpu.cfs_quota_us") == "-1"  # incremental passes leave the unchanged pod alone
+        assert rec.last is not None
+        assert not rec.last.full
+        rec.full_interval = 0.05  # now the slow full pass is due
+        await wait_until(lambda: cpu(node, d1, "cpu.cfs_quota_us") == "50000", timeout=10, message="restored")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_pass_that_fails_half_way_makes_the_next_one_full(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    p = be_pod()
+    pdir = node.add_pod(p)  # type: ignore[arg-type]
+    rec = make_reconciler(node)
+    s = state(PodsReplaced((p,)))  # type: ignore[arg-type]
+    original = rec.executor.apply
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("the executor failed")
+
+    rec.executor.apply = broken  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="executor failed"):
+        await rec.reconcile(s)
+    rec.executor.apply = original  # type: ignore[method-assign]
+    result = await rec.reconcile(s, "interval")
+    assert result.full
+    assert result.planned == ["be1"]
+    assert cpu(node, pdir, "cpu.cfs_quota_us") == "50000"
+
+
+def test_the_full_pass_period_follows_the_executor_cache(tmp_path: Path) -> None:
+    from koordqos.cgroups.executor import CgroupExecutor
+
+    node = make_node(tmp_path)
+    base = make_reconciler(node)
+    for force, interval, want in ((60.0, 10.0, 60.0), (0.0, 0.2, 0.2), (30.0, 120.0, 120.0)):
+        executor = CgroupExecutor(node.layout, base.decisions, force_update_seconds=force)
+        rec = HookReconciler(base.hooks, node.layout, executor, base.host, base.decisions, interval=interval)
+        assert rec.full_interval == want

@@ -170,6 +170,25 @@ async def test_history_fed_from_ticks_and_pods_retained(client: KubeClient) -> N
     assert "u-old" not in r.history.pods
 
 
+async def test_runtime_events_alone_do_not_rescan_the_pods(client: KubeClient) -> None:
+    from dataclasses import replace
+
+    clock = FakeClock()
+    state = worked_state()
+    r = reporter(None, state, clock)
+    r._on_tick(MetricTick(at=0.0, sample=LOAD), state)
+    scans: list[object] = []
+    retain = r.history.retain_pods
+    r.history.retain_pods = lambda uids: scans.append(uids) or retain(uids)  # type: ignore[method-assign]
+    # a container event: a new generation, the same pods map (36 of these a second under churn)
+    r._on_tick(MetricTick(at=1.0, sample=LOAD), replace(state, generation=state.generation + 7))
+    assert scans == []
+    fewer = replace(state, pods=MappingProxyType({k: v for k, v in state.pods.items() if k != "u-old"}))
+    r._on_tick(MetricTick(at=2.0, sample=LOAD), fewer)
+    assert len(scans) == 1
+    assert "u-old" not in r.history.pods
+
+
 # -- NRT ----------------------------------------------------------------------------------------------------
 
 

@@ -68,3 +68,16 @@ app.kubernetes.io/component: node-agent
 {{- define "koordqos.metricsService" -}}
 {{- if or .Values.metrics.service.enabled .Values.metrics.serviceMonitor.enabled -}}true{{- end -}}
 {{- end -}}
+
+{{/* Container resources: `resources` as given, else the `sizing.presets` row for `sizing.pods`. */}}
+{{- define "koordqos.resources" -}}
+{{- if .Values.resources -}}
+{{- toYaml .Values.resources -}}
+{{- else -}}
+{{- $row := index .Values.sizing.presets (toString (int .Values.sizing.pods)) -}}
+{{- if not $row -}}
+{{- fail (printf "sizing.pods %v has no row in sizing.presets" .Values.sizing.pods) -}}
+{{- end -}}
+{{- toYaml $row -}}
+{{- end -}}
+{{- end -}}

@@ -5,6 +5,13 @@ applications), runs the applicable reconcile functions and fills a `PassResult`;
 the caller can pace a pass over hundreds of pods. Apart from listing dangling pod dirs after a bvt rule
 change it reads nothing and writes nothing: the reconciler hands the result to the actuators.
 Pods in phase Succeeded/Failed are skipped (project decision §8.6).
+
+A pass is *full* (every pod planned) or *incremental*: a pod whose inputs — its PodInfo, its sandbox, its
+runtime containers — equal those of the last pass that planned it is not planned again; what that pass found
+for it (its containers, errors and, on request, its per-process targets) is carried over. Everything a pod's
+plan reads besides its own inputs is node-wide (the rules from NodeSLO and Node, the layout), so a rule
+update or a Node/NodeSLO change makes the pass full. The reconciler runs a full pass now and then anyway so
+that a file changed behind the agent's back is still corrected.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from koordqos import observability as obs
 from koordqos.cgroups.executor import CgroupWrite, Level
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.errors import CgroupError
+from koordqos.events.types import RuntimeContainer, RuntimeSandbox
 from koordqos.hooks.completion import container_writes, host_app_writes, kube_qos_writes, pod_writes
 from koordqos.hooks.context import ContainerContext, KubeQoSContext
 from koordqos.hooks.host_intents import CookieTarget, OomTarget
@@ -26,7 +34,9 @@ from koordqos.hooks.hostapps import host_app_context
 from koordqos.hooks.podviews import PodView, container_contexts, pod_context, pod_views
 from koordqos.hooks.resources import ExtendedResourceSpecError
 from koordqos.hooks.runtime import RuntimeHooks
-from koordqos.model.nodeslo import HostApplicationSpec
+from koordqos.model.node import NodeInfo
+from koordqos.model.nodeslo import HostApplicationSpec, NodeSLO
+from koordqos.model.pod import PodInfo
 from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.once import SeenOnce
 from koordqos.state import NodeState
@@ -34,6 +44,7 @@ from koordqos.state import NodeState
 log = structlog.get_logger("koordqos.hooks.reconciler")
 
 MAX_WARNED = 4096  # log-once memories; beyond this they are forgotten all at once (bounded memory)
+SKIPPED_PER_YIELD = 16  # unchanged pods cost ~2 µs each: a yield per this many, not one per pod
 KUBE_QOS_ORDER = (KubeQoS.GUARANTEED, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT)
 
 RECONCILE_ERRORS = Counter(
@@ -55,6 +66,23 @@ class PassResult:
     errors: dict[str, str] = field(default_factory=dict)
     rules_updated: set[str] = field(default_factory=set)
     host_apps: dict[str, str] = field(default_factory=dict)  # host application name → its cgroup dir
+    full: bool = True  # every pod planned (else only pods whose inputs changed)
+    planned: list[str] = field(default_factory=list)  # uids of the pods planned in this pass, in order
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # planned uid → its slice of `writes`
+
+
+PodKey = tuple[PodInfo | None, RuntimeSandbox | None, tuple[RuntimeContainer, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """A pod as the last pass that planned it saw it (`key`) and what that pass found for it."""
+
+    key: PodKey
+    containers: tuple[str, ...]
+    oom: tuple[OomTarget, ...]
+    cookies: tuple[CookieTarget, ...]
+    errors: tuple[tuple[str, str], ...]
 
 
 class ReconcilePlanner:
@@ -65,11 +93,26 @@ class ReconcilePlanner:
         self.layout = layout
         self.warned: SeenOnce[tuple[str, str]] = SeenOnce(MAX_WARNED)  # (pod uid, error) already logged
         self.apps_warned: SeenOnce[tuple[str, str]] = SeenOnce(MAX_WARNED)  # (host app, error) logged
+        self.records: dict[str, PodRecord] = {}  # uid → the pod as last planned
+        self._node_wide: tuple[NodeInfo | None, NodeSLO | None] | None = None  # what the last pass saw
 
-    def steps(self, state: NodeState, result: PassResult) -> Iterator[None]:
-        """Fill `result` with the pass's intents, yielding after each pod so callers can pace the work."""
+    def steps(
+        self, state: NodeState, result: PassResult, *, full: bool = True, all_processes: bool = True
+    ) -> Iterator[None]:
+        """Fill `result` with the pass's intents, yielding after each planned pod so callers can pace it.
+
+        `full=False`: plan only the pods whose inputs changed since the pass that last planned them (the pass
+        becomes full when the rules, the Node or the NodeSLO changed). `all_processes`: the per-process
+        targets (oom_score_adj, core-sched cookies) of every pod, carried over for unchanged pods, so new
+        processes in unchanged containers are still caught; otherwise only those of the planned pods.
+        """
         self.hooks.refresh_rules(state.node_slo, state.node)
         result.rules_updated = self.hooks.take_updates()
+        node_wide = (state.node, state.node_slo)
+        if result.rules_updated or node_wide != self._node_wide:
+            full = True
+        self._node_wide = node_wide
+        result.full = full
         for kube_qos in KUBE_QOS_ORDER:
             kctx = KubeQoSContext(kube_qos, self.layout.qos_dir(kube_qos))
             self._errors(result, "kubeqos", self.hooks.reconcile_kube_qos(kctx))
@@ -77,36 +120,77 @@ class ReconcilePlanner:
         bvt_changed = "GroupIdentity" in result.rules_updated
         known_pod_dirs: set[str] = set()
         uids: set[str] = set()
+        records = self.records
+        skipped = 0
         for view in pod_views(state):
             uids.add(view.uid)
             if view.pod is not None and view.pod.terminated:
+                records.pop(view.uid, None)
+                continue
+            key: PodKey = (view.pod, view.sandbox, view.containers)
+            rec = records.get(view.uid)
+            if not full and rec is not None and rec.key == key:
+                result.containers.update(rec.containers)
+                result.errors.update(rec.errors)
+                if all_processes:
+                    result.oom += rec.oom
+                    result.cookies += rec.cookies
+                skipped += 1
+                if skipped % SKIPPED_PER_YIELD == 0:
+                    yield
                 continue
             marks = (len(result.writes), len(result.oom), len(result.cookies))
+            n_errors = len(result.errors)
+            containers: list[str] = []
             try:
-                self._pod(view, result, known_pod_dirs, bvt_changed)
+                self._pod(view, result, known_pod_dirs, bvt_changed, containers)
             except (CgroupError, ExtendedResourceSpecError, ValueError) as exc:
                 self._drop_partial(result, marks)
                 self._bad_pod(view.uid, exc, result)
             except Exception as exc:  # any other failure of one pod: skip it, never the pass for the others
                 self._drop_partial(result, marks)
                 self._bad_pod(view.uid, RuntimeError(f"{type(exc).__name__}: {exc}"), result)
+            result.planned.append(view.uid)
+            result.spans[view.uid] = (marks[0], len(result.writes))
+            records[view.uid] = PodRecord(
+                key,
+                tuple(containers),
+                tuple(result.oom[marks[1] :]),
+                tuple(result.cookies[marks[2] :]),
+                tuple(list(result.errors.items())[n_errors:]) if len(result.errors) > n_errors else (),
+            )
             yield
+        for gone in records.keys() - uids:
+            del records[gone]
         if bvt_changed:
             result.writes += self._dangling_bvt(known_pod_dirs)
         self._host_apps(state.node_slo.host_applications if state.node_slo is not None else (), result)
         # pods that left the node: their errors may be logged again if they ever come back
         self.warned.retain(lambda k: k[0] in uids)
 
+    def forget(self, uid: str) -> None:
+        """Plan `uid` again in the next pass (its writes did not all land: a dir missing, a write failed)."""
+        self.records.pop(uid, None)
+
+    def forget_all(self) -> None:
+        """Make the next pass full (a pass failed half-way: a rule change may not have been applied)."""
+        self.records.clear()
+        self._node_wide = None
+
     # -- pods and containers ----------------------------------------------------------------------
 
-    def _pod(self, view: PodView, result: PassResult, known: set[str], bvt_changed: bool) -> None:
+    def _pod(
+        self, view: PodView, result: PassResult, known: set[str], bvt_changed: bool, containers: list[str]
+    ) -> None:
         pctx, pod_dir, extended = pod_context(view, self.layout)
         known.add(pod_dir)
         self._errors(result, "pod", self.hooks.reconcile_pod(pctx))
         result.writes += pod_writes(pctx)
         bvt = pctx.response.resources.cpu_bvt
         for cctx in container_contexts(view, self.layout, pod_dir, extended):
-            result.containers.add(f"{cctx.request.pod_uid}/{cctx.request.container_id}")
+            ckey = f"{cctx.request.pod_uid}/{cctx.request.container_id}"
+            result.containers.add(ckey)
+            containers.append(ckey)
             self._errors(result, "container", self.hooks.reconcile_container(cctx))
             result.writes += container_writes(cctx)
             if bvt_changed and bvt is not None and cctx.request.cgroup_parent:

@@ -1,7 +1,13 @@
 """Reconciler: keep pod, container and kube-QoS settings true (runtime-hooks.md §1.6).
 
 Runs every `hooks.reconcile_interval_seconds` and soon after pod, Node or NodeSLO changes (changes are
-coalesced: one pass covers all that arrived meanwhile). A pass is computed by `ReconcilePlanner`
+coalesced: one pass covers all that arrived meanwhile). The passes the loop runs are incremental — only the
+pods whose inputs changed are planned again, plus those whose writes did not all land — and full at start,
+after a rule/Node/NodeSLO change and every `full_interval` seconds — by default the executor's cache period
+(`executor.resource_force_update_seconds`, 60 s) or the reconcile interval if longer: a file changed behind
+the agent's back was never corrected sooner than the cache let the rewrite through, so drift is corrected as
+before. A direct `reconcile()` call is full. The interval passes still apply the per-process targets of every
+pod (processes started since in unchanged containers). A pass is computed by `ReconcilePlanner`
 (`reconcile_plan.py`) and carried out by the actuators: cgroup writes through the CgroupExecutor as one
 leveled, cacheable batch (unchanged values are not rewritten; settings missed while the agent or the runtime
 was down converge), and sysctl, oom_score_adj and core-sched cookies through the HostActuator, off the loop.
@@ -21,7 +27,7 @@ import structlog
 from prometheus_client import Counter, Histogram
 
 from koordqos import observability as obs
-from koordqos.cgroups.executor import CgroupExecutor
+from koordqos.cgroups.executor import CgroupExecutor, WriteResult
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.reader import read_procs
 from koordqos.decisions import DecisionLog
@@ -41,17 +47,29 @@ from koordqos.hooks.reconcile_plan import MAX_WARNED, PassResult, ReconcilePlann
 from koordqos.hooks.runtime import RuntimeHooks
 from koordqos.host import CoreSchedPrune, HostActuator, HostIntent
 from koordqos.once import SeenOnce
+from koordqos.outcome import Outcome
 from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.hooks.reconciler")
 
 STRATEGY = "runtime-hooks"
 YIELD_EVERY_PODS = 20
+YIELD_AFTER_SECONDS = 0.002
+# Write outcomes after which a pod counts as applied; any other (dir vanished, write failed) plans it again.
+SETTLED = frozenset(
+    {Outcome.WRITTEN, Outcome.DRY_RUN, Outcome.UNCHANGED, Outcome.CACHED, Outcome.UNSUPPORTED}
+)
 
 RECONCILE_PASSES = Counter(
     "koordqos_hooks_reconcile_passes_total",
     "Reconciler passes by trigger",
     ["trigger"],
+    registry=obs.REGISTRY,
+)
+RECONCILE_PLANNED = Counter(
+    "koordqos_hooks_reconcile_planned_pods_total",
+    "Pods planned by reconciler passes, by kind (an incremental pass plans only pods whose inputs changed)",
+    ["pass"],
     registry=obs.REGISTRY,
 )
 RECONCILE_SECONDS = Histogram(
@@ -70,6 +88,8 @@ TRIGGERS: tuple[type[Event], ...] = (
     RuntimeContainerUpserted,
     RuntimeSynchronized,
 )
+#: Triggers of the passes the loop may run incrementally; any other (start, manual) asks for a full pass.
+INCREMENTAL_TRIGGERS = frozenset({"interval", *(t.__name__ for t in TRIGGERS)})
 
 
 class HookReconciler:
@@ -89,6 +109,7 @@ class HookReconciler:
         bus: EventBus | None = None,
         interval: float = 10.0,
         settle: float = 0.5,
+        full_interval: float | None = None,
     ) -> None:
         self.hooks = hooks
         self.layout = layout
@@ -98,6 +119,12 @@ class HookReconciler:
         self.bus = bus
         self.interval = interval
         self.settle = settle
+        # the executor skips a value it wrote within force_update_seconds anyway: a full pass more often
+        # than that would re-plan what the executor then skips
+        self.full_interval = (
+            max(interval, executor.force_update_seconds) if full_interval is None else full_interval
+        )
+        self._last_full = float("-inf")  # time.monotonic() of the last full pass
         self.planner = ReconcilePlanner(hooks, layout)
         self._wake = asyncio.Event()
         self._trigger = "start"
@@ -144,24 +171,62 @@ class HookReconciler:
 
     # -- one pass ---------------------------------------------------------------------------------
 
-    async def reconcile(self, state: NodeState, trigger: str = "manual") -> PassResult:
-        """Compute every intent from `state` and hand it to the actuators."""
+    async def reconcile(
+        self, state: NodeState, trigger: str = "manual", *, full: bool | None = None
+    ) -> PassResult:
+        """Compute the intents from `state` and hand them to the actuators.
+
+        Full unless the trigger is an event or the interval and a full pass ran within `full_interval` (or
+        `full` says otherwise).
+        """
         start = time.perf_counter()
+        if full is None:
+            full = (
+                trigger not in INCREMENTAL_TRIGGERS
+                or time.monotonic() - self._last_full >= self.full_interval
+            )
         result = PassResult()
-        for done, _ in enumerate(self.planner.steps(state, result), 1):
-            if done % YIELD_EVERY_PODS == 0:
-                await asyncio.sleep(0)  # keep every step on the loop short at hundreds of pods
-        RECONCILE_PASSES.labels(trigger).inc()
-        if "GroupIdentity" in result.rules_updated:
-            # before the bvt writes: the sysctl turns group identity on
-            await self.host.apply(STRATEGY, group_identity_sysctls(self.hooks.group_identity))
-        if result.writes:
-            await self.executor.apply(STRATEGY, result.writes, reason=f"reconcile ({trigger})")
-        await self.host.apply(STRATEGY, await self._per_process_intents(result))
+        try:
+            await self._plan_and_apply(state, trigger, result, full)
+        except BaseException:  # failed or cancelled half-way: what was planned may not have landed
+            self.planner.forget_all()
+            raise
         self.passes += 1
         self.last = result
         RECONCILE_SECONDS.observe(time.perf_counter() - start)
         return result
+
+    async def _plan_and_apply(self, state: NodeState, trigger: str, result: PassResult, full: bool) -> None:
+        steps = self.planner.steps(state, result, full=full, all_processes=full or trigger == "interval")
+        clock = time.perf_counter
+        since = clock()
+        for done, _ in enumerate(steps, 1):
+            # keep every step on the loop short at hundreds of pods: a turn for the others every 20 pods,
+            # or sooner when they took long (a pod with many containers, a slow machine)
+            if done % YIELD_EVERY_PODS == 0 or clock() - since >= YIELD_AFTER_SECONDS:
+                await asyncio.sleep(0)
+                since = clock()
+        if result.full:
+            self._last_full = time.monotonic()
+        RECONCILE_PASSES.labels(trigger).inc()
+        RECONCILE_PLANNED.labels("full" if result.full else "incremental").inc(len(result.planned))
+        if "GroupIdentity" in result.rules_updated:
+            # before the bvt writes: the sysctl turns group identity on
+            await self.host.apply(STRATEGY, group_identity_sysctls(self.hooks.group_identity))
+        if result.writes:
+            outcomes = await self.executor.apply(STRATEGY, result.writes, reason=f"reconcile ({trigger})")
+            self._forget_unsettled(result, outcomes)
+        await self.host.apply(STRATEGY, await self._per_process_intents(result))
+
+    def _forget_unsettled(self, result: PassResult, outcomes: Sequence[WriteResult]) -> None:
+        """Pods with a write that did not land are planned again next pass (as every pass did before)."""
+        if len(outcomes) != len(result.writes):  # one result per intent, in order; else trust none
+            for uid in result.planned:
+                self.planner.forget(uid)
+            return
+        for uid, (lo, hi) in result.spans.items():
+            if any(outcomes[i].outcome not in SETTLED for i in range(lo, hi)):
+                self.planner.forget(uid)
 
     def compute(self, state: NodeState) -> PassResult:
         """The intents of one pass (pure apart from listing dangling pod dirs after a bvt rule change)."""

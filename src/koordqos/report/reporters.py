@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,8 @@ from koordqos.metrics.procfs import read_text
 from koordqos.metrics.topology import CpuTopology
 from koordqos.metrics.types import MetricSnapshot
 from koordqos.model.node import NodeInfo
+from koordqos.model.nodeslo import NodeSLO
+from koordqos.model.pod import PodInfo
 from koordqos.once import SeenOnce
 from koordqos.report.batch import (
     BATCH_CPU,
@@ -102,7 +104,8 @@ class NodeMetricReporter:
         self.policy = CollectPolicy()
         self.last: ReportRecord | None = None
         self.last_written_at = ""
-        self._generation = -1
+        self._pods: Mapping[str, PodInfo] | None = None  # the state's pods map retain_pods last saw
+        self._node_slo: NodeSLO | None = None
         self._said: SeenOnce[str] = SeenOnce()
         self._state_note = ""
         bus.subscribe("report-history", self._on_tick, MetricTick)
@@ -111,8 +114,11 @@ class NodeMetricReporter:
         if not isinstance(event, MetricTick) or not isinstance(event.sample, MetricSnapshot):
             return
         self.history.ingest(event.sample)
-        if state.generation != self._generation:  # pods/NodeSLO may have changed: drop gone series
-            self._generation = state.generation
+        # pods/NodeSLO changed: drop gone series. By identity, not the state generation: every runtime
+        # event bumps the generation (36 /s under container churn) and the pods map is only replaced on
+        # pod events, so this is O(pods) per pod change instead of per tick
+        if state.pods is not self._pods or state.node_slo is not self._node_slo:
+            self._pods, self._node_slo = state.pods, state.node_slo
             self.history.retain_pods(state.pods.keys())
             apps = state.node_slo.host_applications if state.node_slo is not None else ()
             self.history.retain_apps({a.name for a in apps})

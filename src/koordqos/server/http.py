@@ -13,6 +13,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from koordqos import loopwatch
 from koordqos import observability as obs
 from koordqos.errors import StartupError
 
@@ -81,6 +82,7 @@ class HTTPServer:
         if self.settings.debug_endpoints:
             app.router.add_get("/debug/state", self.debug_state)
             app.router.add_get("/debug/decisions", self.debug_decisions)
+            app.router.add_get("/debug/loop", self.debug_loop)
         return app
 
     async def run(self) -> None:
@@ -128,6 +130,18 @@ class HTTPServer:
         self._readiness()
         payload = await asyncio.to_thread(generate_latest, obs.REGISTRY)
         return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def debug_loop(self, request: web.Request) -> web.Response:
+        """The slow-step detector (`KOORDQOS_LOOP_WATCH=1`): step histogram, longest step, slow steps
+        that ended at or after `?since=` (a time.monotonic value); 404 when the detector is off."""
+        watch = loopwatch.current()
+        if watch is None:
+            return web.json_response({"error": f"slow-step detector off (set {loopwatch.ENV}=1)"}, status=404)
+        try:
+            since = float(request.query.get("since", "0"))
+        except ValueError:
+            return web.json_response({"error": "since: not a number"}, status=400)
+        return web.json_response(watch.snapshot(since))
 
     async def debug_state(self, request: web.Request) -> web.Response:
         """NodeState as JSON: pods with QoS class, NodeSLO in force, NRI state, last metrics."""
