@@ -4,18 +4,73 @@ A series is (kind, key): key "" for node and BE series, the pod uid for pod seri
 container series, the NodeSLO host application name for host application series. Queries look at samples
 with `now − window <= t <= now`; `last` defaults to the spec's window of 2 × collect interval (qos-manager.md
 §1.8). Percentiles use the nearest-rank method.
+
+Samples live in `_Ring`s of two `array('d')` columns, not deques of (t, v) tuples: an array holds no Python
+objects, so the garbage collector has nothing to walk in it (with tuples, a full collection visited every
+sample, 14–17 ms in one step at 1,000 pods), and a sample costs 16 bytes instead of ~90.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 
 from koordqos.metrics.types import MetricKind, MetricSnapshot, PodSample
 
-Series = deque[tuple[float, float]]
+
+class _Ring:
+    """One series: (time, value) samples, oldest first, at most `maxlen` of them.
+
+    Two append-only `array('d')` columns and the index of the oldest live sample; the dead prefix is cut off
+    once it is as long as the live part, so appending and trimming are amortised O(1) and C-level.
+    """
+
+    __slots__ = ("_maxlen", "_start", "_t", "_v")
+
+    def __init__(self, maxlen: int) -> None:
+        self._t = array("d")
+        self._v = array("d")
+        self._start = 0
+        self._maxlen = maxlen
+
+    def __len__(self) -> int:
+        return len(self._t) - self._start
+
+    def append(self, t: float, v: float) -> None:
+        """Add the newest sample; the oldest one goes when there are `maxlen` (as a bounded deque)."""
+        self._t.append(t)
+        self._v.append(v)
+        if len(self._t) - self._start > self._maxlen:
+            self._start += 1
+            self._compact()
+
+    def trim(self, horizon: float) -> None:
+        """Drop samples older than `horizon`."""
+        t = self._t
+        start = self._start
+        n = len(t)
+        while start < n and t[start] < horizon:
+            start += 1
+        if start != self._start:
+            self._start = start
+            self._compact()
+
+    def _compact(self) -> None:
+        start = self._start
+        if start >= 32 and start * 2 >= len(self._t):
+            del self._t[:start]
+            del self._v[:start]
+            self._start = 0
+
+    def newest_first(self) -> Iterator[tuple[float, float]]:
+        """(t, v) pairs, newest first."""
+        t, v = self._t, self._v
+        for j in range(len(t) - 1, self._start - 1, -1):
+            yield t[j], v[j]
+
+
 _POD_KINDS = frozenset({MetricKind.POD_CPU_USAGE, MetricKind.POD_MEMORY_USAGE})
 _APP_KINDS = (MetricKind.HOST_APP_CPU_USAGE, MetricKind.HOST_APP_MEMORY_USAGE)
 
@@ -34,7 +89,7 @@ class MetricStore:
         self._clock = clock
         # the bound guards against a fast caller; the time retention is what normally trims
         self._maxlen = math.ceil(retention_seconds / max(collect_interval, 0.001)) * 2 + 16
-        self._series: dict[tuple[str, str], Series] = {}
+        self._series: dict[tuple[str, str], _Ring] = {}
         self._pod_of: dict[str, str] = {}  # container id → pod uid
         self._pods: set[str] = set()  # uids with pod or container series
         self._apps: set[str] = set()  # host application names with series
@@ -49,15 +104,13 @@ class MetricStore:
         t = self._clock() if at is None else at
         s = self._series.get((kind, key))
         if s is None:
-            s = self._series[(kind, key)] = deque(maxlen=self._maxlen)
-        s.append((t, float(value)))
+            s = self._series[(kind, key)] = _Ring(self._maxlen)
+        s.append(t, float(value))
         if kind in _POD_KINDS:
             self._pods.add(key)
         elif kind in _APP_KINDS:
             self._apps.add(key)
-        horizon = t - self.retention
-        while s and s[0][0] < horizon:
-            s.popleft()
+        s.trim(t - self.retention)
 
     def ingest(self, snap: MetricSnapshot) -> None:
         """Store every measured value of a collection round (None values are skipped)."""
@@ -108,10 +161,16 @@ class MetricStore:
                 continue
             s = series.get((kind, key))
             if s is None:
-                s = series[(kind, key)] = deque(maxlen=maxlen)
-            s.append((at, float(value)))
-            while s[0][0] < horizon:
-                s.popleft()
+                s = series[(kind, key)] = _Ring(maxlen)
+            # _Ring.append and .trim inlined: this loop runs ~8 times per pod per round
+            t = s._t
+            t.append(at)
+            s._v.append(value)
+            if t[s._start] < horizon or len(t) - s._start > maxlen:
+                s.trim(horizon)
+                if len(t) - s._start > maxlen:
+                    s._start += 1
+                    s._compact()
 
     def drop_pod(self, uid: str) -> None:
         """Forget a deleted pod's series and its containers'."""
@@ -159,7 +218,7 @@ class MetricStore:
         now = self._clock()
         start = now - (2 * self.collect_interval if window is None else window)
         out: list[float] = []
-        for t, v in reversed(s):
+        for t, v in s.newest_first():
             if t < start:
                 break
             if t <= now:
@@ -174,7 +233,7 @@ class MetricStore:
             return None
         now = self._clock()
         start = now - (2 * self.collect_interval if window is None else window)
-        for t, v in reversed(s):
+        for t, v in s.newest_first():
             if t < start:
                 return None
             if t <= now:
