@@ -25,3 +25,14 @@ def test_batch_resources_are_computed_once_per_pod_object() -> None:
     assert again is not None
     assert again.containers["c0"].requests == {"kubernetes.io/batch-cpu": 2000}
     assert pod_extended(PodInfo(uid="u2")) is None
+
+
+def test_the_cache_holds_one_pod_object_per_uid_not_every_version() -> None:
+    # a pod source that republishes a pod makes a new PodInfo per change: the cache must not keep them all
+    from koordqos.hooks.context import _EXTENDED_OF_POD
+
+    versions = [_pod("u-many", 1000 + i) for i in range(50)]
+    for pod in versions:
+        pod_extended(pod)
+    held = [entry[0] for entry in _EXTENDED_OF_POD.values() if entry[0].uid == "u-many"]
+    assert held == [versions[-1]]
