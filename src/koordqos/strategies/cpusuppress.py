@@ -571,24 +571,36 @@ def build_inputs(state: NodeState, env: StrategyEnv) -> SuppressInputs:
     # system usage is smoothed over --cpu-suppress-usage-window-seconds (suppresssmoothing.py)
     samples = window_samples(env.config.qos.cpu_suppress_usage_window_seconds, env.collect_interval)
     node_used, pod_used = suppress_usage(store, pods, samples)
-    node = state.node
     pod_dirs: dict[str, str] = {}
     for uid, pod in pods.items():
         if pod.kube_qos is KubeQoS.BESTEFFORT:
             d = env.pod_dir(pod)
             if d is not None:
                 pod_dirs[uid] = d
+    return assemble_inputs(state, env, node_used, pod_used, env.be_cpuset_dirs(CONTAINER_DEPTH), pod_dirs)
+
+
+def assemble_inputs(
+    state: NodeState,
+    env: StrategyEnv,
+    node_used: float | None,
+    pod_used: Mapping[str, float],
+    be_dirs: Sequence[BEDir],
+    pod_dirs: Mapping[str, str],
+) -> SuppressInputs:
+    """SuppressInputs from the usage and BE dirs a caller gathered, plus what state and env give directly."""
+    node = state.node
     return SuppressInputs(
         config=suppress_config(state.node_slo),
-        pods=pods,
+        pods=state.pods,
         node=node,
         node_used=node_used,
         pod_used=pod_used,
-        host_app_used=host_app_used(store, state.node_slo),
+        host_app_used=host_app_used(env.store, state.node_slo),
         processors=env.processors(),
         be_quota=env.be_quota(),
         be_cpuset=env.be_cpuset(),
-        be_dirs=env.be_cpuset_dirs(CONTAINER_DEPTH),
+        be_dirs=be_dirs,
         pod_dirs=pod_dirs,
         reserved_cpus=reserved_cpus(node),
         system_qos_exclusive=system_qos_exclusive_cpus(node),
@@ -650,26 +662,7 @@ class CPUSuppressStrategy:
             self._be_dirs = tuple(await env.be_cpuset_dirs_paced(CONTAINER_DEPTH, pace))
             self._walked_for = self._be_key
             self.walks += 1
-        node = state.node
-        return SuppressInputs(
-            config=suppress_config(state.node_slo),
-            pods=pods,
-            node=node,
-            node_used=node_used,
-            pod_used=pod_used,
-            host_app_used=host_app_used(store, state.node_slo),
-            processors=env.processors(),
-            be_quota=env.be_quota(),
-            be_cpuset=env.be_cpuset(),
-            be_dirs=self._be_dirs,
-            pod_dirs=self._be_pod_dirs,
-            reserved_cpus=reserved_cpus(node),
-            system_qos_exclusive=system_qos_exclusive_cpus(node),
-            cpu_manager_policy=cpu_manager_policy(node),
-            reserved_milli=node.reserved()["cpu"] if node is not None else 0,
-            be_cpu_manager=env.config.gate("BECPUSuppress") and env.config.gate("BECPUManager"),
-            hysteresis_percent=env.config.qos.cpu_suppress_hysteresis_percent,
-        )
+        return assemble_inputs(state, env, node_used, pod_used, self._be_dirs, self._be_pod_dirs)
 
     async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
         """Plan from the current state and metrics, then write through the executor.
