@@ -65,11 +65,15 @@ async def _nri_phase(
             if i % step == 0:
                 v = t.vitals()
                 vitals.append((i, v.rss_kib, v.fds))
+                if t.footprint_dir is not None:
+                    out.setdefault("footprints", []).append(_summary("nri", i, await t.footprint()))
                 if t.heap_profile is not None and i == step:
                     out.setdefault("heap_snapshots", []).append(str(await t.heap_snapshot()))
 
     started = time.monotonic()
     await asyncio.gather(*(worker(w) for w in range(workers)))
+    if t.footprint_dir is not None:
+        out.setdefault("footprints", []).append(_summary("nri", next_i, await t.footprint()))
     if t.heap_profile is not None:
         out.setdefault("heap_snapshots", []).append(str(await t.heap_snapshot()))
     out["nri"] = {
@@ -79,6 +83,24 @@ async def _nri_phase(
         "hangs": counts["hang"],
         "hang_sites": hangs,
         "vitals": vitals,
+    }
+
+
+def _summary(phase: str, i: int, report: dict[str, Any], top: int = 12) -> dict[str, Any]:
+    """The figures of one footprint report worth printing (the whole report is in the --footprint dir)."""
+    pm = report["pymalloc"]
+    return {
+        "phase": phase,
+        "i": i,
+        "rss_kib": report["rss_kib"],
+        "arenas": pm.get("arenas_allocated_current"),
+        "allocated_kib": pm.get("bytes_in_allocated_blocks", 0) // 1024,
+        "available_kib": pm.get("bytes_in_available_blocks", 0) // 1024,
+        "unused_pools": pm.get("unused_pools"),
+        "gc_objects": report["gc_objects"],
+        "reachable": report["reachable_objects"],
+        "top": [(c["name"], c["entries"], c["bytes"] // 1024) for c in report["containers"][:top]],
+        "lru": [(c["name"], c["entries"]) for c in report["lru_caches"][:6]],
     }
 
 
@@ -130,7 +152,9 @@ async def _valid_session(t: FuzzTarget) -> dict[str, Any]:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"machine": machine()}
-    async with FuzzTarget(request_timeout=10.0, heap_profile=args.heap_profile) as t:
+    async with FuzzTarget(
+        request_timeout=10.0, heap_profile=args.heap_profile, footprint=args.footprint
+    ) as t:
         v = t.vitals()
         out["start"] = {"rss_kib": v.rss_kib, "fds": v.fds}
         if args.nri:
@@ -142,6 +166,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             out["valid_session"] = await _valid_session(t)
             if t.heap_profile is not None:
                 out.setdefault("heap_snapshots", []).append(str(await t.heap_snapshot()))
+            if t.footprint_dir is not None:
+                out.setdefault("footprints", []).append(_summary("end", 0, await t.footprint()))
             v = t.vitals()
             out["end"] = {"rss_kib": v.rss_kib, "fds": v.fds}
         else:
@@ -166,6 +192,15 @@ def main() -> None:
         help="run the agent under koordqos.testing.heaptrace: tracemalloc from the warm-up (10 %% of the NRI"
         " phase) on, snapshots then, after the NRI phase and at the end in DIR"
         " (compare: python -m koordqos.testing.heaptrace --diff A B). Slow.",
+    )
+    p.add_argument(
+        "--footprint",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="run the agent under koordqos.testing.heaptrace (no tracing) and take a footprint report (RSS,"
+        " pymalloc arenas, the largest containers by bytes held) at every 10 %% of the NRI phase and at the"
+        " end into DIR; a summary is in the result. Each report pauses the agent for a moment.",
     )
     args = p.parse_args()
     result = asyncio.run(main_async(args))

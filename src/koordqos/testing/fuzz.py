@@ -11,6 +11,7 @@ and open fds from /proc. Used by `tests/hostile/` (seconds) and `bench/fuzz.py` 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import shutil
@@ -194,6 +195,7 @@ class FuzzTarget:
         request_timeout: float = 5.0,
         extra_args: tuple[str, ...] = (),
         heap_profile: Path | None = None,
+        footprint: Path | None = None,
     ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="kqfuzz-", dir="/tmp"))  # short: unix socket paths
         self.scenario = colocation(self.dir / "node")
@@ -208,6 +210,9 @@ class FuzzTarget:
         # run the agent under koordqos.testing.heaptrace, snapshots as <heap_profile>/heap.<n>.snap
         self.heap_profile = heap_profile
         self._heap_dumps = 0
+        # footprint reports (koordqos.testing.heaptrace.footprint) as <footprint>/heap.footprint.<n>.json
+        self.footprint_dir = footprint
+        self._footprints = 0
 
     @staticmethod
     def seed_scenario() -> Scenario:
@@ -250,9 +255,12 @@ class FuzzTarget:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
         env["HOME"] = str(self.dir)  # no ~/.kube/config: local mode
         entry = ["-m", "koordqos"]
-        if self.heap_profile is not None:
-            self.heap_profile.mkdir(parents=True, exist_ok=True)
-            entry = ["-m", "koordqos.testing.heaptrace", str(self.heap_profile / "heap")]
+        traced = self.heap_profile or self.footprint_dir
+        if traced is not None:
+            for d in (self.heap_profile, self.footprint_dir):
+                if d is not None:
+                    d.mkdir(parents=True, exist_ok=True)
+            entry = ["-m", "koordqos.testing.heaptrace", str(traced / "heap")]
         argv = [
             sys.executable,
             *entry,
@@ -296,6 +304,21 @@ class FuzzTarget:
         self.proc.send_signal(signal.SIGUSR1)
         await wait_until(path.exists, timeout=timeout, message=f"heap snapshot {path}")
         return path
+
+    async def footprint(self, timeout: float = 120.0) -> dict[str, Any]:
+        """Ask the agent (started with `footprint`) for a footprint report (RSS, pymalloc, the largest
+        containers): `koordqos.testing.heaptrace.footprint`."""
+        assert self.footprint_dir is not None
+        assert self.proc is not None
+        traced = self.heap_profile or self.footprint_dir
+        path = traced / f"heap.footprint.{self._footprints}.json"
+        self._footprints += 1
+        self.proc.send_signal(signal.SIGUSR2)
+        await wait_until(path.exists, timeout=timeout, message=f"footprint {path}")
+        report: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        if self.footprint_dir != traced:
+            path.rename(self.footprint_dir / path.name)
+        return report
 
     async def nri(self, method: str, payload: bytes, timeout: float = 5.0) -> str:
         """`nri_call` on the current link; after "dropped", wait until the plugin has joined again."""
