@@ -282,7 +282,7 @@ async def test_bad_pod_warning_memory_is_pruned_when_the_pod_leaves(tmp_path: Pa
         assert len([e for e in logs if e["event"] == "pod skipped by the hooks reconciler"]) == 1
         assert len(rec.planner.warned) == 1
         await rec.reconcile(state(PodsReplaced(())))
-        assert rec.planner.warned == set()
+        assert len(rec.planner.warned) == 0
         await rec.reconcile(state(PodsReplaced((bad,))))  # came back: reported again
     assert len([e for e in logs if e["event"] == "pod skipped by the hooks reconciler"]) == 2
 

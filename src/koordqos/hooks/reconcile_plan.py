@@ -91,8 +91,9 @@ class ReconcilePlanner:
     def __init__(self, hooks: RuntimeHooks, layout: CgroupLayout) -> None:
         self.hooks = hooks
         self.layout = layout
-        self.warned: SeenOnce[tuple[str, str]] = SeenOnce(MAX_WARNED)  # (pod uid, error) already logged
-        self.apps_warned: SeenOnce[tuple[str, str]] = SeenOnce(MAX_WARNED)  # (host app, error) logged
+        # (pod uid, error) already logged, scoped by pod uid; (host app, error) logged, scoped by app name
+        self.warned: SeenOnce[tuple[str, str]] = SeenOnce(MAX_WARNED, scoped=True)
+        self.apps_warned: SeenOnce[tuple[str, str]] = SeenOnce(MAX_WARNED, scoped=True)
         self.records: dict[str, PodRecord] = {}  # uid → the pod as last planned
         self._node_wide: tuple[NodeInfo | None, NodeSLO | None] | None = None  # what the last pass saw
 
@@ -166,7 +167,7 @@ class ReconcilePlanner:
             result.writes += self._dangling_bvt(known_pod_dirs)
         self._host_apps(state.node_slo.host_applications if state.node_slo is not None else (), result)
         # pods that left the node: their errors may be logged again if they ever come back
-        self.warned.retain(lambda k: k[0] in uids)
+        self.warned.retain_scopes(uids)
 
     def forget(self, uid: str) -> None:
         """Plan `uid` again in the next pass (its writes did not all land: a dir missing, a write failed)."""
@@ -260,7 +261,7 @@ class ReconcilePlanner:
             for key, error in self.hooks.reconcile_host_app(ctx).items():
                 self._bad_app(app.name, key, error, result)
             result.writes += host_app_writes(ctx)
-        self.apps_warned.retain(lambda k: k[0] in names)
+        self.apps_warned.retain_scopes(names)
 
     # -- problems ---------------------------------------------------------------------------------
 
@@ -275,7 +276,7 @@ class ReconcilePlanner:
         result.errors[f"pod/{uid}"] = str(exc)
         RECONCILE_ERRORS.labels("pod").inc()
         key = (uid, str(exc))
-        if self.warned.first(key):
+        if self.warned.first(key, scope=uid):
             obs.ERRORS.labels("hooks-reconciler", "bad_pod").inc()
             log.warning("pod skipped by the hooks reconciler", pod_uid=uid, error=str(exc))
 
@@ -284,7 +285,7 @@ class ReconcilePlanner:
         RECONCILE_ERRORS.labels("hostapp").inc()
         result.errors["/".join(p for p in ("hostapp", name, hook) if p)] = error
         key = (name, f"{hook}: {error}" if hook else error)
-        if self.apps_warned.first(key):
+        if self.apps_warned.first(key, scope=name):
             log.warning("host application not fully reconciled", host_app=name, hook=hook, error=error)
 
     def _errors(self, result: PassResult, level: str, errors: Mapping[str, str]) -> None:
