@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import structlog
 from prometheus_client import Counter
 
 from koordqos.observability import REGISTRY
+from koordqos.once import SeenOnce
 
 log = structlog.get_logger("koordqos.model")
 
@@ -18,20 +17,25 @@ MODEL_ERRORS = Counter(
     registry=REGISTRY,
 )
 
-_SEEN: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
-_SEEN_MAX = 8192
+# (kind, uid, field, value) already reported: digests only, in a table fixed at start (128 KiB), however
+# many and however long the hostile values are; past 8,192 keys it forgets all at once
+_SEEN: SeenOnce[tuple[str, str, str, str]] = SeenOnce(8192)
+
+
+def field_label(field: str) -> str:
+    """The metric label of a field: what a field names inside brackets is pod data (a container name in
+    `containers[<name>].resources`) and is left out, so the label set stays the fixed set of fields."""
+    start = field.find("[")
+    if start < 0:
+        return field
+    return field[:start] + "[]" + field[field.rfind("]") + 1 :]
 
 
 def report_problem(kind: str, uid: str, name: str, field: str, value: str, message: str) -> bool:
     """Log and count a malformed value once per (object uid, field, value); returns True when reported now."""
-    key = (kind, uid, field, value[:256])
-    if key in _SEEN:
-        _SEEN.move_to_end(key)
+    if not _SEEN.first((kind, uid, field, value[:256])):
         return False
-    _SEEN[key] = None
-    if len(_SEEN) > _SEEN_MAX:
-        _SEEN.popitem(last=False)
-    MODEL_ERRORS.labels(kind, field).inc()
+    MODEL_ERRORS.labels(kind, field_label(field)).inc()
     log.warning(
         "malformed value ignored",
         kind=kind,
