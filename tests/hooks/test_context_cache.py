@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 from koordqos.hooks.context import pod_extended
 from koordqos.model.pod import ContainerInfo, PodInfo
 
@@ -34,5 +36,34 @@ def test_the_cache_holds_one_pod_object_per_uid_not_every_version() -> None:
     versions = [_pod("u-many", 1000 + i) for i in range(50)]
     for pod in versions:
         pod_extended(pod)
-    held = [entry[0] for entry in _EXTENDED_OF_POD.values() if entry[0].uid == "u-many"]
+    held = [entry[0]() for entry in _EXTENDED_OF_POD.values() if entry[0].uid == "u-many"]
     assert held == [versions[-1]]
+
+
+def test_a_pod_that_is_gone_leaves_nothing_in_the_cache() -> None:
+    # pods a hostile runtime announces and drops, each with 16 KiB of annotations: once nothing else holds
+    # a pod (NodeState dropped it), the cache holds neither the pod nor its batch resources
+    from koordqos.hooks.context import _EXTENDED_OF_POD
+
+    spec = '{"containers": {"c": {"requests": {"kubernetes.io/batch-cpu": "1000"}}}}'
+
+    def pod(i: int) -> PodInfo:
+        annotations = {"node.koordinator.sh/extended-resource-spec": spec, "junk": f"{i}" + "x" * 16_384}
+        return PodInfo(uid=f"gone-{i}", annotations=annotations)
+
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for i in range(500):
+            ext = pod_extended(pod(i))  # the pod object is dropped right after, as NodeState drops it
+            assert ext is not None
+            assert ext.containers["c"].requests == {"kubernetes.io/batch-cpu": 1000}
+        del ext
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not [uid for uid in _EXTENDED_OF_POD if uid.startswith("gone-")]
+    assert after - before < 64 * 1024  # 500 pods of 16 KiB held: 8 MiB
+    kept = pod(-1)
+    ext = pod_extended(kept)
+    assert pod_extended(kept) is ext  # a pod still alive is still cached

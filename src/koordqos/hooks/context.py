@@ -9,6 +9,7 @@ reconciler all produce the same objects, and hooks never see a protocol message.
 from __future__ import annotations
 
 import enum
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -191,11 +192,25 @@ class HostAppContext:
 HookContext = PodContext | ContainerContext
 
 
-# pod uid -> (the PodInfo it was computed for, its batch resources): PodInfo is immutable, and every container
-# call of a pod asks again (building the spec walks all of the pod's containers). Keyed by uid, not by object,
-# so it holds at most one PodInfo per pod — the current one, which NodeState holds anyway — instead of every
-# version a republishing pod source made (keyed by id(), a fuzz run kept 4,096 stale pods: +15 MiB RSS).
-_EXTENDED_OF_POD: dict[str, tuple[PodInfo, ExtendedResourceSpec | None]] = {}
+class _PodRef(weakref.ref[PodInfo]):
+    """A weak reference to the PodInfo an entry of `_EXTENDED_OF_POD` was computed for, naming the entry."""
+
+    __slots__ = ("uid",)
+    uid: str
+
+
+def _pod_gone(ref: _PodRef) -> None:
+    entry = _EXTENDED_OF_POD.get(ref.uid)
+    if entry is not None and entry[0] is ref:
+        del _EXTENDED_OF_POD[ref.uid]
+
+
+# pod uid -> (a weak reference to the PodInfo it was computed for, its batch resources): PodInfo is
+# immutable, and every container call of a pod asks again (building the spec walks all of the pod's
+# containers). Keyed by uid, so one entry per pod (keyed by id(), a fuzz run kept 4,096 stale pods: +15 MiB
+# RSS); the PodInfo held weakly, so the entry goes with the pod object (NodeState dropped the pod, or holds
+# its next version): a pod that left keeps neither its labels and annotations nor its spec here.
+_EXTENDED_OF_POD: dict[str, tuple[_PodRef, ExtendedResourceSpec | None]] = {}
 _EXTENDED_CACHE_SIZE = 1024
 
 
@@ -205,12 +220,14 @@ def pod_extended(pod: PodInfo) -> ExtendedResourceSpec | None:
     Raises ExtendedResourceSpecError when only a malformed annotation is there.
     """
     hit = _EXTENDED_OF_POD.get(pod.uid)
-    if hit is not None and hit[0] is pod:
+    if hit is not None and hit[0]() is pod:
         return hit[1]
     ext = extended_from_pod_spec(pod) or extended_from_annotation(pod.annotations)
     if hit is None and len(_EXTENDED_OF_POD) >= _EXTENDED_CACHE_SIZE:
-        _EXTENDED_OF_POD.clear()  # deleted pods' entries: bounded, rebuilt from the pods in use
-    _EXTENDED_OF_POD[pod.uid] = (pod, ext)
+        _EXTENDED_OF_POD.clear()  # more pod objects alive than a node has pods: bounded all the same
+    ref = _PodRef(pod, _pod_gone)
+    ref.uid = pod.uid
+    _EXTENDED_OF_POD[pod.uid] = (ref, ext)
     return ext
 
 
