@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,33 @@ async def test_missing_pod_linux_and_hostile_paths_are_tolerated(tmp_path: Path)
     ev = NRICreateContainer(pod, c)
     await serve(h, ev)
     assert ev.adjust.linux.resources.cpu.quota.value == 50000  # resource values still flow to the runtime
+
+
+def test_the_cgroup_parent_memo_stays_within_its_byte_budget_whatever_the_parents(tmp_path: Path) -> None:
+    # a runtime reporting a new, long cgroup parent with every call: the memo of checked dirs keeps a
+    # budget of bytes, not a count of entries of any size (8,192 entries of 2 KiB parents were ~32 MiB)
+    from koordqos.nri.convert import DIR_MEMO_BYTES
+
+    h = nh(tmp_path)
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for i in range(5_000):
+            pod = be_pod()
+            pod.uid = f"uid-{i}"
+            pod.linux.cgroup_parent = f"/kubepods/besteffort/pod{i:06d}-" + "x" * 2_000
+            cc = h.pod_context(pod, NodeState())
+            assert cc.request.cgroup_parent == f"kubepods/besteffort/pod{i:06d}-" + "x" * 2_000
+        del pod, cc
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert h._dirs.weight <= DIR_MEMO_BYTES
+    assert after - before < DIR_MEMO_BYTES * 1.5  # what the entries weigh, plus the dict's own table
+    same = be_pod()
+    assert h.pod_context(same, NodeState()).request.cgroup_parent == "kubepods/besteffort/poduid-1"
+    assert same.linux.cgroup_parent in h._dirs  # a real parent is memoised
+    hostile = be_pod()
+    hostile.linux.cgroup_parent = "/kubepods/" + "y" * 8_000
+    assert h.pod_context(hostile, NodeState()).request.cgroup_parent == "kubepods/" + "y" * 8_000
+    assert hostile.linux.cgroup_parent not in h._dirs  # too long to be worth a share of the budget

@@ -51,12 +51,14 @@ from koordqos.nri.events import (
     NRISynchronize,
     NRIUpdateContainer,
 )
-from koordqos.once import SeenOnce
+from koordqos.once import BoundedMemo, SeenOnce
 from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.nri.convert")
 
 SLICE_SECONDS = 0.002  # the longest a Synchronize runs its hooks between two yields to the event loop
+DIR_MEMO_BYTES = 256 * 1024  # the cgroup-parent memo's budget (koordqos.once.BoundedMemo)
+DIR_MEMO_ENTRY_BYTES = 4096  # a parent longer than this is checked every time, never memoised
 
 _LIVE_STATES = frozenset({api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED})
 
@@ -111,7 +113,9 @@ class NRIHooks:
         self.layout = layout
         self.default_runtime = default_runtime
         self._warned: SeenOnce[str] = SeenOnce()
-        self._dirs: dict[str, str] = {}  # runtime cgroup parent → checked relative dir
+        # runtime cgroup parent → checked relative dir, within a byte budget: the parents are the runtime's
+        # text, of any length (a real one is ~100 bytes; ~700 of those fit)
+        self._dirs: BoundedMemo[str, str] = BoundedMemo(DIR_MEMO_BYTES, DIR_MEMO_ENTRY_BYTES)
         self._handlers: dict[type[Any], Callable[[Any, NodeState, Call], Awaitable[None] | None]] = {
             NRIRunPodSandbox: self.run_pod_sandbox,
             NRICreateContainer: self.create_container,
@@ -130,9 +134,7 @@ class NRIHooks:
         rel = self._dirs.get(parent)
         if rel is None:
             rel = self.layout.normalize_parent(parent)
-            if len(self._dirs) >= 8192:
-                self._dirs.clear()
-            self._dirs[parent] = rel
+            self._dirs.put(parent, rel, len(parent) + len(rel))
         return rel
 
     # -- conversion -------------------------------------------------------------------------------
