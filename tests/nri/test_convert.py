@@ -189,9 +189,8 @@ async def test_a_pod_is_converted_once_per_distinct_message_and_never_served_sta
     first = h.pod_view(be_pod(), state)
     assert h.pod_view(be_pod(), state) is first  # an equal message: the same view
     assert first.pod_dir == "kubepods/besteffort/poduid-1"
-    assert (
-        first.extended is not None and first.extended.containers["c"].limits["kubernetes.io/batch-cpu"] == 500
-    )
+    assert first.extended is not None
+    assert first.extended.containers["c"].limits["kubernetes.io/batch-cpu"] == 500
 
     # the same sandbox id with another annotation: a new view with the new value
     changed = be_pod(
@@ -202,9 +201,8 @@ async def test_a_pod_is_converted_once_per_distinct_message_and_never_served_sta
     )
     view = h.pod_view(changed, state)
     assert view is not first
-    assert (
-        view.extended is not None and view.extended.containers["c"].limits["kubernetes.io/batch-cpu"] == 700
-    )
+    assert view.extended is not None
+    assert view.extended.containers["c"].limits["kubernetes.io/batch-cpu"] == 700
     ev = NRICreateContainer(changed, ctr(api.CONTAINER_CREATED))
     await run_call("c", 10.0, "Ignore", lambda call: h(ev, state, call))
     assert ev.adjust.linux.resources.cpu.quota.value == 70000
@@ -223,9 +221,8 @@ async def test_a_pod_is_converted_once_per_distinct_message_and_never_served_sta
     known = reduce(state, PodUpserted(parse_pod(raw)))
     view = h.pod_view(be_pod(), known)
     assert view is not first
-    assert (
-        view.extended is not None and view.extended.containers["c"].limits["kubernetes.io/batch-cpu"] == 300
-    )
+    assert view.extended is not None
+    assert view.extended.containers["c"].limits["kubernetes.io/batch-cpu"] == 300
     assert h.pod_view(be_pod(), known) is view
 
 
