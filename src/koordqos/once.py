@@ -13,7 +13,7 @@ is skipped, the problem is still counted by its caller.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -182,9 +182,9 @@ class BoundedMemo(Generic[K, V]):
         """The bytes the entries were weighed at (overheads included)."""
         return self._weight
 
-    def get(self, key: K) -> V | None:
-        """The value memoised for `key`, or None."""
-        return self._entries.get(key)
+    def get(self, key: K, default: V | None = None) -> V | None:
+        """The value memoised for `key`, or `default`."""
+        return self._entries.get(key, default)
 
     def put(self, key: K, value: V, weight: int) -> None:
         """Memoise `value` for `key` (a key not in the memo: callers put after a miss)."""
@@ -206,3 +206,39 @@ class BoundedMemo(Generic[K, V]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries
+
+
+_MISSING: object = object()
+
+
+class TextMemoized(Generic[V]):
+    """A parser of one text (an annotation value) memoised in a BoundedMemo: the text is the key, weighed at
+    `factor` bytes a character (the text, and what is parsed from it). Exceptions are not memoised (as with
+    functools.lru_cache): a malformed text is parsed, and reported, again. `text_memo` makes one."""
+
+    def __init__(self, parse: Callable[[str], V], budget: int, max_entry: int, factor: int) -> None:
+        self.parse = parse
+        self.factor = factor
+        self.memo: BoundedMemo[str, object] = BoundedMemo(budget, max_entry)
+        self.__doc__ = parse.__doc__
+        self.__wrapped__ = parse
+
+    def __call__(self, raw: str) -> V:
+        hit = self.memo.get(raw, _MISSING)
+        if hit is not _MISSING:
+            return hit  # type: ignore[return-value]
+        value = self.parse(raw)
+        self.memo.put(raw, value, len(raw) * self.factor)
+        return value
+
+
+def text_memo(
+    budget: int, max_entry: int, factor: int = 4
+) -> Callable[[Callable[[str], V]], TextMemoized[V]]:
+    """Decorator: memoise a `str -> V` parser within `budget` bytes (koordqos.once.TextMemoized), instead
+    of functools.lru_cache's count of entries of any size."""
+
+    def wrap(parse: Callable[[str], V]) -> TextMemoized[V]:
+        return TextMemoized(parse, budget, max_entry, factor)
+
+    return wrap

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 
 from koordqos.model import jsontext
 from koordqos.model.cpuset import cpu_set, format_cpuset
 from koordqos.model.quantity import to_milli
+from koordqos.once import text_memo
 
 ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 
@@ -49,7 +49,11 @@ def parse_resource_status(annotations: Mapping[str, str] | None) -> ResourceStat
         raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}: unreadable ({type(exc).__name__})") from None
 
 
-@lru_cache(maxsize=1024)
+# the memo of parsed resource-status texts: a budget of bytes, whatever the texts (koordqos.once)
+STATUS_MEMO_BYTES = 64 * 1024
+
+
+@text_memo(STATUS_MEMO_BYTES, max_entry=16 * 1024)
 def _parse_status(raw: str) -> ResourceStatus:
     # cached by the annotation text (several hooks read it for every container of a pod)
     try:

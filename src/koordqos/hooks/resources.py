@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from types import MappingProxyType
 
 from koordqos.errors import ModelError
@@ -15,6 +14,7 @@ from koordqos.model import jsontext
 from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY
 from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.quantity import to_int
+from koordqos.once import text_memo
 
 CFS_BASE_PERIOD = 100_000
 MIN_SHARES = 2
@@ -168,7 +168,11 @@ def extended_from_annotation(annotations: Mapping[str, str]) -> ExtendedResource
         ) from None
 
 
-@lru_cache(maxsize=1024)
+# the memo of parsed extended-resource-spec texts: a budget of bytes, whatever the texts (koordqos.once)
+EXTENDED_MEMO_BYTES = 64 * 1024
+
+
+@text_memo(EXTENDED_MEMO_BYTES, max_entry=16 * 1024)
 def _parse_extended(raw: str) -> ExtendedResourceSpec | None:
     # cached by the annotation text: every container of a pod (and every Synchronize) carries the same one
     try:
