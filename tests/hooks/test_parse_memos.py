@@ -16,9 +16,9 @@ from koordqos.model.keys import ANNOTATION_EXTENDED_RESOURCE_SPEC, ANNOTATION_RE
 
 def _spec(i: int) -> dict[str, str]:
     # a valid spec of ~2 KiB, distinct per i: 20 containers with their batch requests
-    containers = {
-        f"c{i}-{n:02d}-{'x' * 40}": {"requests": {"kubernetes.io/batch-cpu": str(1000 + n)}} for n in range(20)
-    }
+    containers = {}
+    for n in range(20):
+        containers[f"c{i}-{n:02d}-{'x' * 40}"] = {"requests": {"kubernetes.io/batch-cpu": f"{1000 + n}"}}
     return {ANNOTATION_EXTENDED_RESOURCE_SPEC: json.dumps({"containers": containers})}
 
 

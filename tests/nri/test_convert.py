@@ -249,14 +249,17 @@ def test_pod_views_are_bounded(tmp_path: Path) -> None:
     from koordqos.nri import convert
 
     h = nh(tmp_path)
-    for i in range(convert.POD_VIEWS + 50):
+    for i in range(1_000):  # distinct messages: every one a view
         pod = be_pod()
         pod.uid = f"uid-{i}"
+        pod.annotations["pad"] = "p" * (i % 500)
         h.pod_view(pod, NodeState())
+        assert h._pod_views.weight <= convert.POD_VIEW_BYTES
+    assert 0 < len(h._pod_views) < 1_000
+    assert pod.SerializeToString() in h._pod_views  # the newest is kept
     huge = be_pod()
     huge.annotations["x"] = "y" * (convert.POD_VIEW_MAX_BYTES + 1)
     h.pod_view(huge, NodeState())
-    assert len(h._pod_views) == convert.POD_VIEWS
     assert huge.SerializeToString() not in h._pod_views
 
 

@@ -53,7 +53,7 @@ from koordqos.nri.events import (
     NRISynchronize,
     NRIUpdateContainer,
 )
-from koordqos.once import BoundedMemo, SeenOnce
+from koordqos.once import ENTRY_OVERHEAD, BoundedMemo, SeenOnce
 from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.nri.convert")
@@ -109,9 +109,14 @@ def envs_from_nri(env: Any) -> dict[str, str]:
 
 # Pod views kept per distinct PodSandbox message: every container call of a pod repeats the pod (and its
 # annotations, a few KB), so what follows from it alone is derived once. Keyed by the message's exact bytes,
-# so a view can never be stale; only pods up to POD_VIEW_MAX_BYTES are kept, at most POD_VIEWS of them.
-POD_VIEWS = 256
+# so a view can never be stale; only pods up to POD_VIEW_MAX_BYTES are kept, and the views kept weigh at most
+# POD_VIEW_BYTES (a view ~ 4x its message: the bytes, the label and annotation copies, the parsed spec), then
+# they are all dropped at once (koordqos.once.BoundedMemo). A byte budget, not a count: every distinct message
+# is a view, and a runtime sending distinct ones (the fuzz run) churned 256 views of any size through the heap
+# (RSS +12 MiB over 400,000 requests, fragmentation; +1.5 MiB with this budget).
+POD_VIEW_BYTES = 256 << 10
 POD_VIEW_MAX_BYTES = 16 << 10
+POD_VIEW_WEIGHT = 4  # bytes a view takes per byte of its message
 
 
 @dataclass(slots=True, eq=False)
@@ -141,7 +146,10 @@ class NRIHooks:
         # runtime cgroup parent → checked relative dir, within a byte budget: the parents are the runtime's
         # text, of any length (a real one is ~100 bytes; ~700 of those fit)
         self._dirs: BoundedMemo[str, str] = BoundedMemo(DIR_MEMO_BYTES, DIR_MEMO_ENTRY_BYTES)
-        self._pod_views: dict[bytes, PodView] = {}  # serialized PodSandbox → its view
+        # serialized PodSandbox → its view
+        self._pod_views: BoundedMemo[bytes, PodView] = BoundedMemo(
+            POD_VIEW_BYTES, POD_VIEW_WEIGHT * POD_VIEW_MAX_BYTES + ENTRY_OVERHEAD
+        )
         self._handlers: dict[type[Any], Callable[[Any, NodeState, Call], Awaitable[None] | None]] = {
             NRIRunPodSandbox: self.run_pod_sandbox,
             NRICreateContainer: self.create_container,
@@ -179,11 +187,7 @@ class NRIHooks:
         view = self._pod_views.get(raw)
         if view is None or state.pods.get(view.uid) is not view.known:
             view = self._convert_pod(pod, state)
-            if len(raw) <= POD_VIEW_MAX_BYTES:
-                views = self._pod_views
-                if len(views) >= POD_VIEWS:
-                    del views[next(iter(views))]  # the oldest: pods come and go
-                views[raw] = view
+            self._pod_views.put(raw, view, POD_VIEW_WEIGHT * len(raw))
         for kind, what, exc in view.problems:
             self._bad(kind, what, exc)
         return view
