@@ -9,7 +9,8 @@ instead breaks the byte stream itself (a frame header announcing more than the m
 plugin must reconnect. Proxy messages are mutated RuntimeHookService requests over grpc (unix socket).
 Afterwards a valid session runs (CreateContainer for the batch pod must carry its batch shares and memory
 limit; every proxy seed must answer OK). Reported: outcomes, crashes (agent exited), hangs (no answer within
-the timeout), RSS and open fds of the agent at the start, every 10 %, and at the end.
+the timeout), RSS and open fds of the agent at the start, every 10 %, and at the end (vitals: request index,
+VmRSS KiB, fds, RssAnon KiB).
 """
 
 from __future__ import annotations
@@ -32,14 +33,15 @@ BROKEN_STREAM = (1).to_bytes(4, "big") + (0xFFFFFFFF).to_bytes(4, "big")
 
 
 async def _nri_phase(
-    t: FuzzTarget, total: int, workers: int, seed: int, every: int, out: dict[str, Any]
+    t: FuzzTarget, total: int, workers: int, seed: int, every: int, out: dict[str, Any], samples: int = 10
 ) -> None:
     seeds = nri_seeds(t.scenario)
     counts: Counter[str] = Counter()
-    vitals: list[tuple[int, int, int]] = []
+    vitals: list[tuple[int, int, int, int]] = []
     hangs: list[tuple[int, str, bool, int]] = []
     next_i = 0
     step = max(total // 10, 1)
+    sample = max(total // max(samples, 10), 1)
 
     async def worker(w: int) -> None:
         nonlocal next_i
@@ -62,9 +64,10 @@ async def _nri_phase(
                 # it was in flight, and how many requests after the last stream break
                 since = i % every if every else i
                 hangs.append((i, method, len(t.runtime.links) != links, since))
-            if i % step == 0:
+            if i % sample == 0:
                 v = t.vitals()
-                vitals.append((i, v.rss_kib, v.fds))
+                vitals.append((i, v.rss_kib, v.fds, v.anon_kib))
+            if i % step == 0:
                 if t.footprint_dir is not None:
                     out.setdefault("footprints", []).append(_summary("nri", i, await t.footprint()))
                 if t.heap_profile is not None and i == step:
@@ -109,7 +112,7 @@ async def _proxy_phase(t: FuzzTarget, total: int, workers: int, seed: int, out: 
     channel = t.channel
     seeds = proxy_seeds(t.scenario)
     counts: Counter[str] = Counter()
-    vitals: list[tuple[int, int, int]] = []
+    vitals: list[tuple[int, int, int, int]] = []
     next_i = 0
     step = max(total // 10, 1)
 
@@ -123,7 +126,7 @@ async def _proxy_phase(t: FuzzTarget, total: int, workers: int, seed: int, out: 
             counts[await proxy_call(channel, method, mut.mutate(payload), timeout=5.0)] += 1
             if i % step == 0:
                 v = t.vitals()
-                vitals.append((i, v.rss_kib, v.fds))
+                vitals.append((i, v.rss_kib, v.fds, v.anon_kib))
 
     started = time.monotonic()
     await asyncio.gather(*(worker(w) for w in range(workers)))
@@ -156,9 +159,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         request_timeout=10.0, heap_profile=args.heap_profile, footprint=args.footprint
     ) as t:
         v = t.vitals()
-        out["start"] = {"rss_kib": v.rss_kib, "fds": v.fds}
+        out["start"] = {"rss_kib": v.rss_kib, "fds": v.fds, "anon_kib": v.anon_kib}
         if args.nri:
-            await _nri_phase(t, args.nri, args.concurrency, args.seed, args.stream_break_every, out)
+            await _nri_phase(
+                t, args.nri, args.concurrency, args.seed, args.stream_break_every, out, args.samples
+            )
         if args.proxy and t.alive():
             await _proxy_phase(t, args.proxy, args.concurrency, args.seed, out)
         out["crashed"] = not t.alive()
@@ -169,7 +174,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             if t.footprint_dir is not None:
                 out.setdefault("footprints", []).append(_summary("end", 0, await t.footprint()))
             v = t.vitals()
-            out["end"] = {"rss_kib": v.rss_kib, "fds": v.fds}
+            out["end"] = {"rss_kib": v.rss_kib, "fds": v.fds, "anon_kib": v.anon_kib}
         else:
             out["agent_log_tail"] = t.agent_log()[-4000:]
     out["load_average"] = os.getloadavg()
@@ -184,6 +189,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--stream-break-every", type=int, default=10_000, help="0: never break the byte stream")
     p.add_argument("--json", action="store_true", help="print the result as JSON only")
+    p.add_argument(
+        "--samples", type=int, default=10, help="RSS/fd samples in the NRI phase (at least 10: every 10 %%)"
+    )
     p.add_argument(
         "--heap-profile",
         type=Path,

@@ -185,6 +185,7 @@ class Vitals:
 
     rss_kib: int
     fds: int
+    anon_kib: int = 0  # RssAnon: the heap; the rest of RSS is file pages (code, libraries) and shared memory
 
 
 class FuzzTarget:
@@ -234,13 +235,15 @@ class FuzzTarget:
         return self.proc is not None and self.proc.poll() is None
 
     def vitals(self) -> Vitals:
-        """RSS (VmRSS) and open fds of the agent, from /proc."""
-        rss = 0
+        """RSS (VmRSS, RssAnon) and open fds of the agent, from /proc."""
+        rss = anon = 0
         with open(f"/proc/{self.pid}/status", encoding="ascii") as f:
             for line in f:
                 if line.startswith("VmRSS:"):
                     rss = int(line.split()[1])
-        return Vitals(rss, len(os.listdir(f"/proc/{self.pid}/fd")))
+                elif line.startswith("RssAnon:"):
+                    anon = int(line.split()[1])
+        return Vitals(rss, len(os.listdir(f"/proc/{self.pid}/fd")), anon)
 
     async def __aenter__(self) -> FuzzTarget:
         try:

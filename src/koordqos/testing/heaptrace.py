@@ -18,6 +18,7 @@ enough to take at every 10 % of a fuzz run (`bench/fuzz.py --footprint DIR`).
 from __future__ import annotations
 
 import collections
+import ctypes
 import gc
 import json
 import os
@@ -184,11 +185,53 @@ def pymalloc_stats() -> dict[str, int]:
 
 
 def _rss_kib() -> int:
+    return _status_kib().get("VmRSS", 0)
+
+
+def _status_kib() -> dict[str, int]:
+    """The process's memory lines of /proc/self/status (VmRSS, RssAnon, RssFile, …) in KiB."""
+    out: dict[str, int] = {}
     with open("/proc/self/status", encoding="ascii") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+            key, _, rest = line.partition(":")
+            if key.startswith(("Vm", "Rss")) and rest.strip().endswith("kB"):
+                out[key] = int(rest.split()[0])
+    return out
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def malloc_stats() -> dict[str, int]:
+    """glibc's mallinfo2 (the C heap: objects over 512 bytes, C extensions' buffers); {} elsewhere."""
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return {}
+    fn.restype = _MallInfo2
+    info = fn()
+    return {
+        "heap_bytes": info.arena,  # from the system, not mmapped
+        "mmapped_bytes": info.hblkhd,
+        "in_use_bytes": info.uordblks,
+        "free_bytes": info.fordblks,
+        "top_releasable_bytes": info.keepcost,
+    }
 
 
 def footprint(top: int = 400, min_entries: int = MIN_ENTRIES) -> dict[str, Any]:
@@ -232,6 +275,8 @@ def footprint(top: int = 400, min_entries: int = MIN_ENTRIES) -> dict[str, Any]:
     report.sort(key=lambda r: -int(r["bytes"]))
     return {
         "rss_kib": _rss_kib(),
+        "status_kib": _status_kib(),
+        "malloc": malloc_stats(),
         "allocated_blocks": sys.getallocatedblocks(),
         "gc_objects": len(gc.get_objects()),
         "reachable_objects": count,
