@@ -33,7 +33,14 @@ BROKEN_STREAM = (1).to_bytes(4, "big") + (0xFFFFFFFF).to_bytes(4, "big")
 
 
 async def _nri_phase(
-    t: FuzzTarget, total: int, workers: int, seed: int, every: int, out: dict[str, Any], samples: int = 10
+    t: FuzzTarget,
+    total: int,
+    workers: int,
+    seed: int,
+    every: int,
+    out: dict[str, Any],
+    samples: int = 10,
+    heap_start: int = 1,
 ) -> None:
     seeds = nri_seeds(t.scenario)
     counts: Counter[str] = Counter()
@@ -70,7 +77,7 @@ async def _nri_phase(
             if i % step == 0:
                 if t.footprint_dir is not None:
                     out.setdefault("footprints", []).append(_summary("nri", i, await t.footprint()))
-                if t.heap_profile is not None and i == step:
+                if t.heap_profile is not None and i == step * heap_start:
                     out.setdefault("heap_snapshots", []).append(str(await t.heap_snapshot()))
 
     started = time.monotonic()
@@ -162,7 +169,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         out["start"] = {"rss_kib": v.rss_kib, "fds": v.fds, "anon_kib": v.anon_kib}
         if args.nri:
             await _nri_phase(
-                t, args.nri, args.concurrency, args.seed, args.stream_break_every, out, args.samples
+                t,
+                args.nri,
+                args.concurrency,
+                args.seed,
+                args.stream_break_every,
+                out,
+                args.samples,
+                args.heap_start,
             )
         if args.proxy and t.alive():
             await _proxy_phase(t, args.proxy, args.concurrency, args.seed, out)
@@ -200,6 +214,13 @@ def main() -> None:
         help="run the agent under koordqos.testing.heaptrace: tracemalloc from the warm-up (10 %% of the NRI"
         " phase) on, snapshots then, after the NRI phase and at the end in DIR"
         " (compare: python -m koordqos.testing.heaptrace --diff A B). Slow.",
+    )
+    p.add_argument(
+        "--heap-start",
+        type=int,
+        default=1,
+        metavar="TENTHS",
+        help="with --heap-profile: start tracing after this many tenths of the NRI phase (default 1: 10 %%)",
     )
     p.add_argument(
         "--footprint",

@@ -34,7 +34,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-FRAMES = 12  # deep enough to see which caller of a generic container grew it
+# deep enough to see which caller of a generic container grew it; HEAPTRACE_FRAMES=1 traces ~3x faster
+FRAMES = int(os.environ.get("HEAPTRACE_FRAMES", "12"))
 
 #: containers with fewer entries than this are not listed in a footprint (their sum is)
 MIN_ENTRIES = 64
