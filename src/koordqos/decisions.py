@@ -34,6 +34,11 @@ class Decision:
         return asdict(self)
 
 
+#: the longest text a decision keeps of its target, reason and old/new values (4,096 decisions of ~1 MiB pod
+#: names from a hostile runtime would otherwise be 4 GiB); real ones are a few hundred characters at most
+FIELD_CHARS = 1024
+
+
 class DecisionLog:
     """Bounded ring buffer of decisions; each one is also counted and logged."""
 
@@ -57,7 +62,13 @@ class DecisionLog:
     ) -> None:
         """Record one decision; `quiet` skips the info log line (high-volume no-op decisions)."""
         dry = self.dry_run if dry_run is None else dry_run
-        fields = (time.time(), strategy, target, action, old, new, reason, dry)
+        # the ring keeps at most FIELD_CHARS of each text: targets and values quote pod data of any length (a
+        # str slice within its length is the str itself: no copy for the usual, short ones)
+        if type(old) is str:
+            old = old[:FIELD_CHARS]
+        if type(new) is str:
+            new = new[:FIELD_CHARS]
+        fields = (time.time(), strategy, target[:FIELD_CHARS], action, old, new, reason[:FIELD_CHARS], dry)
         self._ring.append(fields)
         key = (strategy, action, dry)
         counter = _COUNTERS.get(key)
