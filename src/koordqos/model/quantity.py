@@ -74,10 +74,22 @@ DEPRECATED_RESOURCE_NAMES = {
 MILLI_RESOURCES = frozenset({"cpu"})
 
 
-@lru_cache(maxsize=4096)
+#: the longest resource name and quantity text whose value is memoised (real names are short:
+#: "kubernetes.io/batch-cpu"); longer ones, hostile pod data mostly, are parsed every time
+MEMO_NAME_CHARS = 128
+MEMO_QUANTITY_CHARS = 64
+
+
 def resource_value(name: str, value: str | int | float) -> int:
     """One resource quantity in the agent's unit: `cpu` → milli-cores, everything else → whole units
     (bytes for memory, milli-cores for batch/mid cpu); ModelError if malformed."""
+    if len(name) > MEMO_NAME_CHARS or (type(value) is str and len(value) > MEMO_QUANTITY_CHARS):
+        return _resource_value.__wrapped__(name, value)
+    return _resource_value(name, value)
+
+
+@lru_cache(maxsize=4096)  # of names and quantities of at most 192 characters: ~1.5 MiB at most
+def _resource_value(name: str, value: str | int | float) -> int:
     if name in MILLI_RESOURCES:
         return to_milli(value)
     return to_int(value)
