@@ -77,7 +77,7 @@ async def _nri_phase(
             if i % step == 0:
                 if t.footprint_dir is not None:
                     out.setdefault("footprints", []).append(_summary("nri", i, await t.footprint()))
-                if t.heap_profile is not None and i == step * heap_start:
+                if t.heap_profile is not None and i >= step * heap_start:
                     out.setdefault("heap_snapshots", []).append(str(await t.heap_snapshot()))
 
     started = time.monotonic()
@@ -212,7 +212,7 @@ def main() -> None:
         default=None,
         metavar="DIR",
         help="run the agent under koordqos.testing.heaptrace: tracemalloc from the warm-up (10 %% of the NRI"
-        " phase) on, snapshots then, after the NRI phase and at the end in DIR"
+        " phase) on, snapshots then, at every further 10 %%, after the NRI phase and at the end in DIR"
         " (compare: python -m koordqos.testing.heaptrace --diff A B). Slow.",
     )
     p.add_argument(
@@ -220,7 +220,8 @@ def main() -> None:
         type=int,
         default=1,
         metavar="TENTHS",
-        help="with --heap-profile: start tracing after this many tenths of the NRI phase (default 1: 10 %%)",
+        help="with --heap-profile: start tracing after this many tenths of the NRI phase (default 1: 10 %%),"
+        " then a snapshot at every further tenth",
     )
     p.add_argument(
         "--footprint",
