@@ -33,7 +33,7 @@ from koordqos.cgroups.reader import (
     CpuStat,
     FileSet,
     cpu_stat_of,
-    memory_readings_of,
+    memory_figures_of,
     usage_ns_of,
     working_set_of,
 )
@@ -438,9 +438,8 @@ class MetricsCollector:
         rate = self._rate
         cpu_ns = rate(plan.cpu_key, usage_ns_of(data[0], v2), at, seen)
         cpu = None if cpu_ns is None else cpu_ns / 1e9
-        readings = memory_readings_of(data[1], data[2], v2)
-        mem = None if readings is None else readings.working_set
-        if mem is None and cpu is None and plan.cpu_key not in seen:
+        figures = memory_figures_of(data[1], data[2], v2)  # working set, anon, anon + file pages
+        if figures is None and cpu is None and plan.cpu_key not in seen:
             pod = plan.pod
             self._missing(
                 "cgroup_vanished", "pod:" + pod.uid, "pod cgroup missing", pod=pod.key, dir=plan.dir
@@ -450,9 +449,9 @@ class MetricsCollector:
         if plan.containers:
             containers = self._containers(plan, at, data, seen)
         uid = plan.pod.uid
-        if readings is None:
-            return PodSample(uid, cpu, mem, containers)
-        return PodSample(uid, cpu, mem, containers, readings.anon, readings.with_cache)
+        if figures is None:
+            return PodSample(uid, cpu, None, containers)
+        return PodSample(uid, cpu, figures[0], containers, figures[1], figures[2])
 
     def _containers(
         self, plan: _PodPlan, at: float, data: list[bytes | None], seen: set[str]
