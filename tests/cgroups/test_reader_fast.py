@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.reader import (
     CgroupReader,
+    cpu_stat_of,
     lru_of,
     memory_figures_of,
     stat_value_bytes,
+    throttle_counts_of,
     working_set_of,
 )
 from koordqos.cgroups.resources import CgroupVersion
@@ -61,6 +63,20 @@ def test_lru_of_equals_the_per_key_parse(case: tuple[bytes, bool]) -> None:
     assert lru_of(stat, v2) == per_key(stat, v2)
 
 
+CPU_STAT = ("usage_usec", "nr_periods", "nr_throttled", "throttled_time", "throttled_usec", "nr_bursts")
+
+
+@given(
+    st.permutations(CPU_STAT).flatmap(
+        lambda keys: st.tuples(*(st.tuples(st.just(k), value, st.booleans()) for k in keys))
+    )
+)
+def test_throttle_counts_of_equals_cpu_stat_of(lines: tuple[tuple[str, str, bool], ...]) -> None:
+    data = "".join(f"{k} {v}\n" for k, v, keep in lines if keep).encode()
+    stat = cpu_stat_of(data)
+    assert throttle_counts_of(data) == (None if stat is None else (stat.nr_periods, stat.nr_throttled))
+
+
 def test_lru_of_reads_the_kernel_layout() -> None:
     v1 = b"cache 1\ninactive_anon 9\ntotal_cache 2\ntotal_inactive_anon 10\ntotal_active_anon 20\n"
     v1 += b"total_inactive_file 30\ntotal_active_file 40\ntotal_unevictable 50\n"
@@ -85,6 +101,10 @@ def test_lru_of_on_the_real_kernel(scratch: Scratch) -> None:
         assert lru_of(stat, False) == per_key(stat, False)
     root = scratch.path("", "memory", "memory.stat").read_bytes()
     assert sum(lru_of(root, False)) > 0
+    cpu = scratch.path("", "cpu", "cpu.stat").read_bytes()
+    stat = cpu_stat_of(cpu)
+    assert stat is not None
+    assert throttle_counts_of(cpu) == (stat.nr_periods, stat.nr_throttled)
 
 
 def test_a_file_that_outgrows_its_size_hint_is_read_whole(tmp_path: Path) -> None:

@@ -82,6 +82,36 @@ def stat_value_bytes(data: bytes, key: bytes) -> int | None:
         return None
 
 
+def _stat_value(data: bytes, needle: bytes, line_needle: bytes) -> int | None:
+    """`stat_value_bytes` with its needles made once: `key + b" "` and `b"\\n" + key + b" "`."""
+    if data.startswith(needle):
+        i = 0
+    else:
+        i = data.find(line_needle) + 1
+        if i == 0:
+            return None
+    end = data.find(b"\n", i)
+    try:
+        return int(data[i + len(needle) : end if end >= 0 else None])
+    except ValueError:
+        return None
+
+
+_PERIODS = (b"nr_periods ", b"\nnr_periods ")
+_THROTTLED = (b"nr_throttled ", b"\nnr_throttled ")
+
+
+def throttle_counts_of(data: bytes | None) -> tuple[int, int] | None:
+    """(nr_periods, nr_throttled) of `cpu.stat` bytes, as `cpu_stat_of` reads them (the collector's path:
+    no CpuStat); None without nr_periods."""
+    if data is None:
+        return None
+    periods = _stat_value(data, *_PERIODS)
+    if periods is None:
+        return None
+    return periods, _stat_value(data, *_THROTTLED) or 0
+
+
 def usage_ns_of(data: bytes | None, v2: bool) -> int | None:
     """Cumulative CPU ns from v1 `cpuacct.usage` or v2 `cpu.stat` (usage_usec × 1000)."""
     if data is None:

@@ -30,10 +30,9 @@ from koordqos import observability as obs
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.reader import (
     CgroupReader,
-    CpuStat,
     FileSet,
-    cpu_stat_of,
     memory_figures_of,
+    throttle_counts_of,
     usage_ns_of,
     working_set_of,
 )
@@ -363,20 +362,19 @@ class MetricsCollector:
         rate = self._rate(key, self.reader.cpu_usage_ns(rel), at, seen)
         return None if rate is None else rate / 1e9
 
-    def _throttled(self, rel: str, key: str, seen: set[str]) -> float | None:
-        return self._throttle_ratio(key, self.reader.cpu_stat(rel), seen)
-
-    def _throttle_ratio(self, key: str, stat: CpuStat | None, seen: set[str]) -> float | None:
-        """Δnr_throttled / Δnr_periods since the last round; None on the first sample or a reset."""
-        if stat is None:
+    def _throttle_ratio(self, key: str, counts: tuple[int, int] | None, seen: set[str]) -> float | None:
+        """Δnr_throttled / Δnr_periods since the last round (counts: (nr_periods, nr_throttled)); None on the
+        first sample or a reset."""
+        if counts is None:
             return None
         seen.add(key)
         prev = self._prev_thr.get(key)
-        self._prev_thr[key] = (stat.nr_periods, stat.nr_throttled)
-        if prev is None or stat.nr_periods < prev[0] or stat.nr_throttled < prev[1]:
+        self._prev_thr[key] = counts
+        nr_periods, nr_throttled = counts
+        if prev is None or nr_periods < prev[0] or nr_throttled < prev[1]:
             return None
-        periods = stat.nr_periods - prev[0]
-        return 0.0 if periods == 0 else (stat.nr_throttled - prev[1]) / periods
+        periods = nr_periods - prev[0]
+        return 0.0 if periods == 0 else (nr_throttled - prev[1]) / periods
 
     def _plan(self, pod: PodInfo, state: NodeState, slo: object) -> _PodPlan | None:
         """The pod's cgroup dirs, counter keys and open files, built once per PodInfo (and NodeSLO, with a
@@ -469,7 +467,7 @@ class MetricsCollector:
                 cpu = None if c_ns is None else c_ns / 1e9
                 if not v2:
                     i += 1
-                throttled = self._throttle_ratio(c.thr_key, cpu_stat_of(data[i]), seen)
+                throttled = self._throttle_ratio(c.thr_key, throttle_counts_of(data[i]), seen)
                 i += 1
             working_set = None
             if read_memory:
