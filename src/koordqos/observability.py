@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import itertools
+import threading
 import time
 from collections.abc import Iterator, Sequence
 
@@ -88,7 +90,78 @@ class LoopHistogram(Collector):
         yield metric
 
 
-DECISIONS = Counter(
+class FastCounterChild:
+    """One label set of a FastCounter: `inc()` is one C-level step (thread-safe under the GIL), no lock."""
+
+    __slots__ = ("_extra", "_lock", "_n", "created")
+
+    def __init__(self) -> None:
+        self._n = itertools.count()  # next() increments atomically, from any thread
+        self._extra = 0.0  # amounts other than 1 (rare): under a lock
+        self._lock = threading.Lock()
+        self.created = time.time()
+
+    def inc(self, amount: float = 1) -> None:
+        """Count `amount` (>= 0)."""
+        if amount == 1:
+            next(self._n)
+        elif amount > 0:
+            with self._lock:
+                self._extra += amount
+        elif amount < 0:
+            raise ValueError("counters can only be incremented by non-negative amounts")
+
+    def get(self) -> float:
+        """The current value."""
+        done = self._n.__reduce__()[1][0]  # the value next() would return = the count so far
+        return int(done) + self._extra
+
+
+class FastCounter(Collector):
+    """A labelled counter for hot paths (every bus event, decision and NRI request), exported exactly like
+    prometheus_client's Counter (`<name>_total`, `<name>_created`): prometheus_client takes a lock and checks
+    its state in Python on every `inc()` (≈ 1.5 µs here, three per NRI CreateContainer)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        registry: CollectorRegistry | None = REGISTRY,
+    ) -> None:
+        self.name = name.removesuffix("_total")
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._children: dict[tuple[str, ...], FastCounterChild] = {}
+        self._lock = threading.Lock()
+        if registry is not None:
+            registry.register(self)
+
+    def labels(self, *values: str) -> FastCounterChild:
+        """The child for these label values (created on first use)."""
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {values}")
+            with self._lock:
+                child = self._children.setdefault(values, FastCounterChild())
+        return child
+
+    def describe(self) -> list[Metric]:
+        """The metric without samples (registration checks names with it)."""
+        return [Metric(self.name, self.documentation, "counter")]
+
+    def collect(self) -> Iterator[Metric]:
+        """`_total` and `_created` per label set, as prometheus_client's Counter gives them."""
+        metric = Metric(self.name, self.documentation, "counter")
+        for values, child in list(self._children.items()):
+            labels = dict(zip(self.labelnames, values, strict=True))
+            metric.add_sample(f"{self.name}_total", labels, child.get())
+            metric.add_sample(f"{self.name}_created", labels, child.created)
+        yield metric
+
+
+DECISIONS = FastCounter(
     "koordqos_decisions_total",
     "Actions taken (or recorded in dry-run) by strategy and action",
     ["strategy", "action", "dry_run"],
@@ -106,7 +179,7 @@ SUBSCRIBER_ERRORS = Counter(
     ["subscriber"],
     registry=REGISTRY,
 )
-BUS_EVENTS = Counter(
+BUS_EVENTS = FastCounter(
     "koordqos_bus_events_total",
     "Events published on the bus by type",
     ["type"],

@@ -174,3 +174,86 @@ async def test_missing_pod_linux_and_hostile_paths_are_tolerated(tmp_path: Path)
     ev = NRICreateContainer(pod, c)
     await serve(h, ev)
     assert ev.adjust.linux.resources.cpu.quota.value == 50000  # resource values still flow to the runtime
+
+
+async def test_a_pod_is_converted_once_per_distinct_message_and_never_served_stale(tmp_path: Path) -> None:
+    """Every container call of a pod repeats the pod: its view is kept per exact PodSandbox bytes, so the same
+    pod is converted once, and any change (an annotation, the API server's pod) gives a fresh view."""
+    from koordqos.events.types import PodUpserted
+    from koordqos.model.pod import parse_pod
+    from koordqos.state import reduce
+    from koordqos.testing.fake_objects import make_pod
+
+    h = nh(tmp_path)
+    state = NodeState()
+    first = h.pod_view(be_pod(), state)
+    assert h.pod_view(be_pod(), state) is first  # an equal message: the same view
+    assert first.pod_dir == "kubepods/besteffort/poduid-1"
+    assert first.extended is not None
+    assert first.extended.containers["c"].limits["kubernetes.io/batch-cpu"] == 500
+
+    # the same sandbox id with another annotation: a new view with the new value
+    changed = be_pod(
+        ERS.replace(
+            '"500"}, "limits": {"kubernetes.io/batch-cpu": "500"',
+            '"500"}, "limits": {"kubernetes.io/batch-cpu": "700"',
+        )
+    )
+    view = h.pod_view(changed, state)
+    assert view is not first
+    assert view.extended is not None
+    assert view.extended.containers["c"].limits["kubernetes.io/batch-cpu"] == 700
+    ev = NRICreateContainer(changed, ctr(api.CONTAINER_CREATED))
+    await run_call("c", 10.0, "Ignore", lambda call: h(ev, state, call))
+    assert ev.adjust.linux.resources.cpu.quota.value == 70000
+
+    # the API server's pod (preferred over the annotation) appears: the cached view is not used
+    raw = make_pod(
+        "p",
+        "node",
+        namespace="ns",
+        qos="BE",
+        uid="uid-1",
+        requests={"kubernetes.io/batch-cpu": "300"},
+        limits={"kubernetes.io/batch-cpu": "300"},
+    )
+    raw["spec"]["containers"][0]["name"] = "c"
+    known = reduce(state, PodUpserted(parse_pod(raw)))
+    view = h.pod_view(be_pod(), known)
+    assert view is not first
+    assert view.extended is not None
+    assert view.extended.containers["c"].limits["kubernetes.io/batch-cpu"] == 300
+    assert h.pod_view(be_pod(), known) is view
+
+
+def test_a_bad_pod_is_counted_on_every_call_though_converted_once(tmp_path: Path) -> None:
+    from koordqos.observability import REGISTRY
+
+    def errors() -> float:
+        return (
+            REGISTRY.get_sample_value("koordqos_nri_convert_errors_total", {"kind": "extended_resource_spec"})
+            or 0.0
+        )
+
+    h = nh(tmp_path)
+    bad = be_pod("{not json")
+    before = errors()
+    views = {id(h.pod_view(bad, NodeState())) for _ in range(3)}
+    assert len(views) == 1
+    assert errors() == before + 3
+    assert h.pod_view(bad, NodeState()).extended is None
+
+
+def test_pod_views_are_bounded(tmp_path: Path) -> None:
+    from koordqos.nri import convert
+
+    h = nh(tmp_path)
+    for i in range(convert.POD_VIEWS + 50):
+        pod = be_pod()
+        pod.uid = f"uid-{i}"
+        h.pod_view(pod, NodeState())
+    huge = be_pod()
+    huge.annotations["x"] = "y" * (convert.POD_VIEW_MAX_BYTES + 1)
+    h.pod_view(huge, NodeState())
+    assert len(h._pod_views) == convert.POD_VIEWS
+    assert huge.SerializeToString() not in h._pod_views

@@ -433,3 +433,80 @@ async def test_update_containers_needs_a_connection(bus: EventBus, sock_path: Pa
     plugin = NRIPlugin(bus, settings(sock_path))
     with pytest.raises(NRINotConnectedError):
         await plugin.update_containers([api.ContainerUpdate(container_id="x")])
+
+
+async def test_container_records_go_to_node_state_after_the_reply_and_before_the_next_request(
+    tmp_path: Path, bus: EventBus
+) -> None:
+    """A container call answered at once writes its reply first; its record is in NodeState before the next
+    request (even one that arrived in the same read) is handled, in the order the calls came."""
+    from koordqos.config import NRISettings
+    from koordqos.nri.connection import NRIConnection
+    from koordqos.nri.mux import frames_for
+    from koordqos.nri.session import PLUGIN_SERVICE, PluginSession
+    from koordqos.nri.ttrpc import MessageType, encode_message, encode_request
+
+    seen_at_write: list[set[str]] = []
+
+    class Sink:
+        def writelines(self, frames: object) -> None:
+            seen_at_write.append(set(bus.state.containers))
+
+        def is_closing(self) -> bool:
+            return False
+
+    seen_by_handler: list[set[str]] = []
+
+    def handler(ev: Any, state: Any, call: Any) -> None:
+        seen_by_handler.append(set(state.containers))
+
+    plugin = NRIPlugin(bus, NRISettings(socket=tmp_path / "s"), handler=handler)
+    session = PluginSession(plugin)
+    conn = NRIConnection(session.handle, after_reply=session.replied)
+    conn._transport = Sink()  # type: ignore[assignment]
+    pod = sample_pod(1)
+    a, b = sample_container(pod, 0, api.CONTAINER_CREATED), sample_container(pod, 1, api.CONTAINER_CREATED)
+
+    def request(stream: int, method: str, payload: bytes) -> bytes:
+        env = encode_request(PLUGIN_SERVICE, method, payload, 2_000_000_000)
+        return b"".join(frames_for(1, encode_message(stream, MessageType.REQUEST, env)))
+
+    create_a = api.CreateContainerRequest(pod=pod, container=a).SerializeToString()
+    create_b = api.CreateContainerRequest(pod=pod, container=b).SerializeToString()
+    remove_a = api.RemoveContainerRequest(pod=pod, container=a).SerializeToString()
+    # three requests in one read: create a, create b, remove a
+    conn.data_received(
+        request(1, "CreateContainer", create_a)
+        + request(3, "CreateContainer", create_b)
+        + request(5, "RemoveContainer", remove_a)
+    )
+    assert seen_at_write == [set(), {a.id}, {a.id, b.id}]  # each reply before its own record
+    assert seen_by_handler == [set(), {a.id}, {a.id, b.id}]
+    assert set(bus.state.containers) == {b.id}  # the removal came last and stays last
+    assert bus.state.containers[b.id].state == "created"
+
+
+async def test_a_container_reported_again_unchanged_publishes_nothing(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+) -> None:
+    """The runtime repeating a container's record (same state, resources, pid) changes nothing in NodeState:
+    no event is published for it (the state's generation stays), so nothing downstream wakes; a change is."""
+    async with MockRuntime(sock_path) as rt:
+        start_plugin()
+        await rt.wait_joined(timeout=5)
+        pod = sample_pod(1)
+        ctr = sample_container(pod, 0, state=api.CONTAINER_CREATED)
+        await rt.run_pod_sandbox(pod)
+        await rt.create_container(pod, ctr)
+        generation = bus.state.generation
+        first = bus.state.containers[ctr.id]
+        await rt.create_container(pod, ctr)  # the same container, the same record
+        assert bus.state.generation == generation
+        assert bus.state.containers[ctr.id] is first
+        ctr.linux.resources.cpu.shares.value = first.cpu_shares + 1
+        await rt.create_container(pod, ctr)  # its resources changed
+        assert bus.state.generation == generation + 1
+        assert bus.state.containers[ctr.id].cpu_shares == first.cpu_shares + 1
+        await rt.stop_container(pod, ctr)  # its state changed
+        assert bus.state.generation == generation + 2
+        assert bus.state.containers[ctr.id].state == "stopped"

@@ -226,10 +226,14 @@ def extended_for(
     return extended_from_annotation(annotations)
 
 
+def runtime_of(annotations: Mapping[str, str], default_runtime: str) -> str:
+    """The runtime prefix of a pod's container ids (docker when the pod says so)."""
+    return "docker" if ANNOTATION_DOCKER_TYPE in annotations else default_runtime
+
+
 def runtime_container_id(annotations: Mapping[str, str], raw_id: str, default_runtime: str) -> str:
     """`<runtime>://<id>` for a container the runtime names by its bare id (docker when the pod says so)."""
-    runtime = "docker" if ANNOTATION_DOCKER_TYPE in annotations else default_runtime
-    return f"{runtime}://{raw_id}"
+    return f"{runtime_of(annotations, default_runtime)}://{raw_id}"
 
 
 def pod_context_from_pod(pod: PodInfo, cgroup_parent: str) -> PodContext:

@@ -50,6 +50,8 @@ _envelope_seen: SeenOnce[str] = SeenOnce()  # roles whose malformed envelope was
 RequestHandler = Callable[[ttrpc_pb2.Request, float], bytes | Awaitable[bytes]]
 # frame_check(conn_id, payload, that conn's decoder before the payload is fed) raises ProtocolError
 FrameCheck = Callable[[int, bytes, TtrpcDecoder], None]
+# after_reply(): called once a request answered from `data_received` has its reply written (or dropped)
+AfterReply = Callable[[], None]
 
 
 class ConnectionClosedError(KoordQoSError):
@@ -67,8 +69,10 @@ class NRIConnection(asyncio.Protocol):
         serve_conn: int = PLUGIN_SERVICE_CONN,
         client_conn: int = RUNTIME_SERVICE_CONN,
         frame_check: FrameCheck | None = None,
+        after_reply: AfterReply | None = None,
     ) -> None:
         self._handler = handler
+        self._after_reply = after_reply
         self.role = role
         self.serve_conn = serve_conn
         self.client_conn = client_conn
@@ -165,12 +169,14 @@ class NRIConnection(asyncio.Protocol):
             try:
                 out = self._handler(req, received)
             except ProtocolError as exc:
+                self._replied()
                 self.fail(exc)
                 return
             except Exception as exc:
                 out = self._internal_error(req, exc)
             if isinstance(out, bytes):
                 self._reply_now(msg.stream_id, req, out)
+                self._replied()
                 return
             task = asyncio.get_running_loop().create_task(self._serve(msg.stream_id, req, out))
             self._tasks.add(task)
@@ -185,6 +191,19 @@ class NRIConnection(asyncio.Protocol):
             m.DROPPED_MESSAGES.labels(self.role, "inactive_stream").inc()
             return
         fut.set_result(decode_response(msg.data))
+
+    def _replied(self) -> None:
+        if self._after_reply is None:
+            return
+        try:
+            self._after_reply()
+        except Exception as exc:  # a bug of the owner's bookkeeping must not drop the connection
+            log.error(
+                "NRI after-reply step failed",
+                role=self.role,
+                error=f"{type(exc).__name__}: {exc}",
+                exc_info=exc,
+            )
 
     def _internal_error(self, req: ttrpc_pb2.Request, exc: Exception) -> bytes:
         log.error(

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -38,10 +39,11 @@ from koordqos.hooks.context import (
     PodRequest,
     Stage,
     extended_for,
-    runtime_container_id,
+    runtime_of,
 )
 from koordqos.hooks.core import Call, HookCore
 from koordqos.hooks.resources import ExtendedResourceSpec, ExtendedResourceSpecError, Resources
+from koordqos.model.pod import PodInfo
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.events import (
     NRICall,
@@ -103,6 +105,29 @@ def envs_from_nri(env: Any) -> dict[str, str]:
     return out
 
 
+# Pod views kept per distinct PodSandbox message: every container call of a pod repeats the pod (and its
+# annotations, a few KB), so what follows from it alone is derived once. Keyed by the message's exact bytes,
+# so a view can never be stale; only pods up to POD_VIEW_MAX_BYTES are kept, at most POD_VIEWS of them.
+POD_VIEWS = 256
+POD_VIEW_MAX_BYTES = 16 << 10
+
+
+@dataclass(slots=True, eq=False)
+class PodView:
+    """What hooks read from an NRI PodSandbox, converted once per distinct message."""
+
+    uid: str
+    namespace: str
+    name: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    pod_dir: str  # checked dir relative to the cgroup root, "" when missing or refused
+    runtime: str  # prefix of the pod's container ids ("docker" when the pod says so)
+    known: PodInfo | None  # the API server's pod when `extended` was derived (it is preferred)
+    extended: ExtendedResourceSpec | None
+    problems: tuple[tuple[str, str, Exception], ...]  # (kind, target, error) counted on every use
+
+
 class NRIHooks:
     """The NRI adapter: each NRI call to hook contexts, through the core, into the reply."""
 
@@ -112,6 +137,7 @@ class NRIHooks:
         self.default_runtime = default_runtime
         self._warned: SeenOnce[str] = SeenOnce()
         self._dirs: dict[str, str] = {}  # runtime cgroup parent → checked relative dir
+        self._pod_views: dict[bytes, PodView] = {}  # serialized PodSandbox → its view
         self._handlers: dict[type[Any], Callable[[Any, NodeState, Call], Awaitable[None] | None]] = {
             NRIRunPodSandbox: self.run_pod_sandbox,
             NRICreateContainer: self.create_container,
@@ -143,80 +169,107 @@ class NRIHooks:
         if self._warned.first(key):
             log.warning("NRI data not usable by the hooks", kind=kind, target=what, error=str(exc))
 
-    def _pod_dir(self, pod: api.PodSandbox) -> str:
-        parent = pod.linux.cgroup_parent if pod.HasField("linux") else ""
-        if not parent:
-            return ""  # project decision: a missing pod.linux is an empty parent
-        try:
-            return self._normalize(parent)
-        except CgroupError as exc:
-            self._bad("cgroup_parent", f"{pod.namespace}/{pod.name}", exc)
-            return ""
+    def pod_view(self, pod: api.PodSandbox, state: NodeState) -> PodView:
+        """The pod's view: from the cache when this exact PodSandbox was converted before (and the API
+        server's pod it depends on is the same object), else converted now. Its problems (a refused
+        cgroup parent, a malformed extended-resource-spec) are counted on every call, logged once."""
+        raw = pod.SerializeToString()
+        view = self._pod_views.get(raw)
+        if view is None or state.pods.get(view.uid) is not view.known:
+            view = self._convert_pod(pod, state)
+            if len(raw) <= POD_VIEW_MAX_BYTES:
+                views = self._pod_views
+                if len(views) >= POD_VIEWS:
+                    del views[next(iter(views))]  # the oldest: pods come and go
+                views[raw] = view
+        for kind, what, exc in view.problems:
+            self._bad(kind, what, exc)
+        return view
 
-    def _extended(
-        self, pod: api.PodSandbox, state: NodeState, annotations: Mapping[str, str] | None = None
-    ) -> ExtendedResourceSpec | None:
+    def _convert_pod(self, pod: api.PodSandbox, state: NodeState) -> PodView:
+        problems: list[tuple[str, str, Exception]] = []
+        what = f"{pod.namespace}/{pod.name}"
+        annotations = _copy_map(pod.annotations)
+        parent = pod.linux.cgroup_parent if pod.HasField("linux") else ""
+        pod_dir = ""
+        if parent:  # project decision: a missing pod.linux is an empty parent
+            try:
+                pod_dir = self._normalize(parent)
+            except CgroupError as exc:
+                problems.append(("cgroup_parent", what, exc))
+        extended: ExtendedResourceSpec | None = None
         try:
-            return extended_for(pod.uid, pod.annotations if annotations is None else annotations, state.pods)
+            extended = extended_for(pod.uid, annotations, state.pods)
         except ExtendedResourceSpecError as exc:
-            self._bad("extended_resource_spec", f"{pod.namespace}/{pod.name}", exc)
-            return None
+            problems.append(("extended_resource_spec", what, exc))
+        return PodView(
+            uid=pod.uid,
+            namespace=pod.namespace,
+            name=pod.name,
+            labels=_copy_map(pod.labels),
+            annotations=annotations,
+            pod_dir=pod_dir,
+            runtime=runtime_of(annotations, self.default_runtime),
+            known=state.pods.get(pod.uid),
+            extended=extended,
+            problems=tuple(problems),
+        )
 
     def pod_context(self, pod: api.PodSandbox, state: NodeState) -> PodContext:
         """PodContext.FromNri."""
+        view = self.pod_view(pod, state)
         return PodContext(
             PodRequest(
-                uid=pod.uid,
-                namespace=pod.namespace,
-                name=pod.name,
-                labels=_copy_map(pod.labels),
-                annotations=_copy_map(pod.annotations),
-                cgroup_parent=self._pod_dir(pod),
-                extended=self._extended(pod, state),
+                uid=view.uid,
+                namespace=view.namespace,
+                name=view.name,
+                labels=view.labels,
+                annotations=view.annotations,
+                cgroup_parent=view.pod_dir,
+                extended=view.extended,
             ),
             source="nri",
         )
 
     def container_context(
         self,
-        pod: api.PodSandbox,
+        pod: api.PodSandbox | PodView,
         ctr: api.Container,
         state: NodeState,
         resources: api.LinuxResources | None = None,
-        pod_dir: str | None = None,
-        extended: ExtendedResourceSpec | bool | None = False,
     ) -> ContainerContext:
-        """ContainerContext.FromNri (`resources` overrides the container's own)."""
-        annotations = _copy_map(pod.annotations)
-        container_id = runtime_container_id(annotations, ctr.id, self.default_runtime)
-        pdir = self._pod_dir(pod) if pod_dir is None else pod_dir
+        """ContainerContext.FromNri (`resources` overrides the container's own); `pod` may be its view."""
+        view = pod if isinstance(pod, PodView) else self.pod_view(pod, state)
+        container_id = f"{view.runtime}://{ctr.id}"
+        pdir = view.pod_dir
         cdir = ""
         linux = ctr.linux
         name = ctr.name
         try:
-            if linux.cgroups_path:
-                cdir = self._normalize(linux.cgroups_path)
+            path = linux.cgroups_path
+            if path:
+                cdir = self._normalize(path)
             elif pdir:
                 cdir = self.layout.container_dir_in(pdir, container_id)
         except CgroupError as exc:
-            self._bad("cgroups_path", f"{pod.namespace}/{pod.name}/{name}", exc)
-        ext = self._extended(pod, state, annotations) if extended is False else extended
+            self._bad("cgroups_path", f"{view.namespace}/{view.name}/{name}", exc)
         if resources is None and ctr.HasField("linux") and linux.HasField("resources"):
             resources = linux.resources
+        ext = view.extended
         return ContainerContext(
             ContainerRequest(
-                pod_uid=pod.uid,
+                pod_uid=view.uid,
                 container_name=name,
                 container_id=container_id,
-                pod_namespace=pod.namespace,
-                pod_name=pod.name,
-                pod_labels=_copy_map(pod.labels),
-                pod_annotations=annotations,
+                pod_namespace=view.namespace,
+                pod_name=view.name,
+                pod_labels=view.labels,
+                pod_annotations=view.annotations,
                 pod_cgroup_parent=pdir,
                 cgroup_parent=cdir,
                 envs=envs_from_nri(ctr.env),
                 resources=resources_from_nri(resources),
-                extended=ext.containers.get(name) if isinstance(ext, ExtendedResourceSpec) else None,
+                extended=ext.containers.get(name) if ext is not None else None,
             ),
             source="nri",
         )
@@ -263,8 +316,7 @@ class NRIHooks:
         """Correct every live container whose hook values differ from what it has; thousands of containers
         (≈ 50 µs each) are worked through in slices, yielding to the event loop between them."""
         pods = {p.id: p for p in event.pods}
-        pod_dirs: dict[str, str] = {}
-        extended: dict[str, ExtendedResourceSpec | None] = {}
+        views: dict[str, PodView] = {}
         clock = time.perf_counter
         until = clock() + SLICE_SECONDS
         for i, ctr in enumerate(event.containers):
@@ -278,10 +330,10 @@ class NRIHooks:
             pod = pods.get(ctr.pod_sandbox_id)
             if pod is None:
                 continue
-            if pod.id not in pod_dirs:
-                pod_dirs[pod.id] = self._pod_dir(pod)
-                extended[pod.id] = self._extended(pod, state)
-            ctx = self.container_context(pod, ctr, state, None, pod_dirs[pod.id], extended[pod.id])
+            view = views.get(pod.id)
+            if view is None:
+                view = views[pod.id] = self.pod_view(pod, state)
+            ctx = self.container_context(view, ctr, state)
             self.core.stage(call, Stage.PRE_UPDATE_CONTAINER_RESOURCES, ctx, state)
             diff = differing(ctx.response.resources, ctx.request.resources)
             if nri_visible(diff) and self._record(ctx, "update", _summary(diff), "Synchronize"):
@@ -289,21 +341,21 @@ class NRIHooks:
 
     def remove_pod_sandbox(self, event: NRIRemovePodSandbox, state: NodeState, call: Call) -> None:
         """Forget cached cgroup values of the removed pod."""
-        self.core.forget_pod(self._pod_dir(event.pod))
+        self.core.forget_pod(self.pod_view(event.pod, state).pod_dir)
 
 
 def _summary(res: Resources, oom: int | None = None) -> str:
-    parts = [
-        f"{k}={v}"
-        for k, v in (
-            ("shares", res.cpu_shares),
-            ("quota", res.cfs_quota),
-            ("cpus", res.cpuset),
-            ("memory", res.memory_limit),
-            ("oom_score_adj", oom),
-        )
-        if v is not None
-    ]
+    parts = []
+    if res.cpu_shares is not None:
+        parts.append(f"shares={res.cpu_shares}")
+    if res.cfs_quota is not None:
+        parts.append(f"quota={res.cfs_quota}")
+    if res.cpuset is not None:
+        parts.append(f"cpus={res.cpuset}")
+    if res.memory_limit is not None:
+        parts.append(f"memory={res.memory_limit}")
+    if oom is not None:
+        parts.append(f"oom_score_adj={oom}")
     return " ".join(parts)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
-from koordqos.observability import REGISTRY, LoopHistogram
+from koordqos.observability import REGISTRY, FastCounter, LoopHistogram
 
 RECONNECTS = Counter(
     "koordqos_nri_reconnects_total",
@@ -36,7 +36,7 @@ DROPPED_MESSAGES = Counter(
     ["role", "kind"],
     registry=REGISTRY,
 )
-REQUESTS = Counter(
+REQUESTS = FastCounter(
     "koordqos_nri_requests_total",
     "NRI calls served by the plugin, by method and outcome",
     ["method", "outcome"],

@@ -192,7 +192,7 @@ class NRIPlugin:
         loop = asyncio.get_running_loop()
 
         def factory() -> NRIConnection:
-            return NRIConnection(session.handle, role="plugin")
+            return NRIConnection(session.handle, role="plugin", after_reply=session.replied)
 
         async with asyncio.timeout(self.settings.connect_timeout_seconds):
             if self.socket_fd is not None:

@@ -5,7 +5,12 @@ the RegisterPlugin reply), answers Configure with an explicit event mask, collec
 requests (echoing `more`), and turns every lifecycle call (dedicated RPC or the StateChange fallback) into an
 NRI call record (koordqos.nri.events) that the plugin's handler serves inside the hook core's `run_call`, with
 a deadline of the runtime's request timeout minus a safety margin. Unknown methods get UNIMPLEMENTED.
-NodeState's runtime view is published before the handler runs (removals after it).
+NodeState's runtime view changes with every call: a sandbox is published before its handler runs, a removal
+after it; a container's record (created, started, updated, stopped) is published right after the reply is
+written when the call was answered at once — its hooks read pods, the Node and the NodeSLO, never the
+runtime record of the container being handled, so the runtime need not wait for that bookkeeping — and
+before the handler runs otherwise. Either way it happens before the next request is read; a record equal
+to the one NodeState holds is not published again.
 """
 
 from __future__ import annotations
@@ -200,6 +205,9 @@ class PluginSession:
         self._sync_containers: list[api.Container] = []
         self._sync_started: float | None = None
         self._fallback_logged: set[int] = set()
+        # state changes of the call being answered, made once its reply is written (`replied`): events to
+        # publish, or a container whose record is still to be built
+        self._after_reply: list[Event | tuple[api.PodSandbox, api.Container, str | None]] = []
         self.methods: dict[str, Handler] = {
             "Configure": self._configure,
             "Synchronize": self._synchronize,
@@ -243,7 +251,19 @@ class PluginSession:
             return self._failed(req, received, exc)
         if isinstance(out, bytes):
             return self._done(req, received, "ok", encode_response(out))
+        self.replied()  # the handler waits: what it published goes out now, before it goes on
         return self._handle_later(req, received, out)
+
+    def replied(self) -> None:
+        """The reply of the call just handled is written: publish the state events it left behind."""
+        pending = self._after_reply
+        if pending:
+            self._after_reply = []
+            for item in pending:
+                if isinstance(item, tuple):
+                    self._publish_container(*item)
+                else:
+                    self.bus.publish_nowait(item)
 
     async def _handle_later(
         self, req: ttrpc_pb2.Request, received: float, pending: Coroutine[Any, Any, bytes]
@@ -336,7 +356,7 @@ class PluginSession:
         pending = self._request_now(event, received, tn)
         if pending is None:
             if after is not None:
-                self._publish(after)
+                self._after_reply.append(after)
             return reply()
         return self._reply_later(pending, reply, after)
 
@@ -471,11 +491,16 @@ class PluginSession:
         return handler
 
     def _container_upserted(self, pod: api.PodSandbox, ctr: api.Container, state: str | None = None) -> None:
+        self._after_reply.append((pod, ctr, state))
+
+    def _publish_container(self, pod: api.PodSandbox, ctr: api.Container, state: str | None) -> None:
         node = self.bus.state
         if not self.plugin.limits.admit("container", node.containers, ctr.id):
             return
         uid = pod.uid or getattr(node.sandboxes.get(ctr.pod_sandbox_id), "uid", "")
-        self._publish(RuntimeContainerUpserted(runtime_container(ctr, uid, state)))
+        record = runtime_container(ctr, uid, state)
+        if node.containers.get(ctr.id) != record:  # the same record again changes nothing: no event
+            self._publish(RuntimeContainerUpserted(record))
 
     def _create_container(self, payload: bytes, received: float, tn: int) -> Reply:
         req = parse_payload(api.CreateContainerRequest, payload, "CreateContainer")
