@@ -34,25 +34,26 @@ def per_key(stat: bytes, v2: bool) -> tuple[int, ...]:
     return tuple(stat_value_bytes(stat, prefix + k.encode()) or 0 for k in LRU)
 
 
-value = st.one_of(
-    st.integers(min_value=0, max_value=2**63).map(str),
-    st.sampled_from(["x", "-", "", "12 34", "1e3", " 7"]),
-)
+number = st.integers(min_value=0, max_value=2**63).map(str)
+value = st.one_of(number, st.sampled_from(["x", "-", "", "12 34", "1e3", " 7"]))
 
 
 @st.composite
 def memory_stat(draw: st.DrawFn) -> tuple[bytes, bool]:
-    """A memory.stat: kernel-like (the five LRU keys consecutive, v1 totals last) or shuffled, some keys
-    missing, some values malformed."""
+    """A memory.stat: as the kernel writes it (every key, the five LRU lists consecutive, v1 totals last),
+    or with keys missing, shuffled or malformed values."""
     v2 = draw(st.booleans())
     names = list(LRU) + list(OTHER)
     if not v2:
         names = list(OTHER) + list(LRU) + ["hierarchical_memory_limit"] + [f"total_{n}" for n in OTHER + LRU]
-    keep = draw(st.lists(st.booleans(), min_size=len(names), max_size=len(names)))
-    names = [n for n, k in zip(names, keep, strict=True) if k or draw(st.booleans())]
-    if draw(st.booleans()):
+    layout = draw(st.sampled_from(["kernel", "sparse", "shuffled", "junk"]))
+    if layout in ("sparse", "shuffled"):
+        keep = draw(st.lists(st.booleans(), min_size=len(names), max_size=len(names)))
+        names = [n for n, k in zip(names, keep, strict=True) if k or draw(st.booleans())]
+    if layout == "shuffled":
         names = draw(st.permutations(names))
-    lines = [f"{n} {draw(value)}" for n in names]
+    values = value if layout == "junk" else number
+    lines = [f"{n} {draw(values)}" for n in names]
     text = "\n".join(lines) + ("\n" if draw(st.booleans()) else "")
     return text.encode(), v2
 
