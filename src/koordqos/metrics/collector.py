@@ -382,8 +382,6 @@ class MetricsCollector:
         plan = self._plans.get(pod.uid)
         if plan is not None and plan.pod is pod and plan.slo is slo:
             return plan
-        demand = self.container_demand
-        series = ContainerSeries.ALL if demand is None else demand(pod, state)
         try:
             pod_dir = self.layout.pod_dir(pod)
         except CgroupError as exc:
@@ -391,6 +389,8 @@ class MetricsCollector:
                 "bad_pod", "uid:" + pod.uid, "pod not measured", pod=pod.key, uid=pod.uid, error=str(exc)
             )
             return None
+        demand = self.container_demand
+        series = ContainerSeries.ALL if demand is None else demand(pod, state)
         containers: list[_ContainerPlan] = []
         measured = (*pod.containers, *(i for i in pod.init_containers if i.sidecar)) if series else ()
         for c in measured:
