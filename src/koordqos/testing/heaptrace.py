@@ -84,8 +84,8 @@ def _children(o: object) -> Iterable[object]:
     if isinstance(o, (list, tuple, set, frozenset, collections.deque)):
         yield from o
         return
-    if hasattr(o, "items") and hasattr(o, "__len__") and type(o).__module__.startswith("immutables"):
-        for k, v in o.items():
+    if _is_container(o):  # an immutables.Map (the rest were handled above)
+        for k, v in o.items():  # type: ignore[attr-defined]
             yield k
             yield v
         return
@@ -143,7 +143,11 @@ def _names(objects: list[object]) -> dict[int, str]:
     """id(object) -> where it is referred from: `module.global` or `Class.attribute` (first found)."""
     names: dict[int, str] = {}
     for mod_name, mod in list(sys.modules.items()):
-        for attr, v in list(getattr(mod, "__dict__", {}).items()):
+        try:  # without the module's own __getattr__: lazy modules import on attribute access
+            namespace = object.__getattribute__(mod, "__dict__")
+        except Exception:
+            continue
+        for attr, v in list(namespace.items()):
             names.setdefault(id(v), f"{mod_name}.{attr}")
     for o in objects:
         if isinstance(o, (*_OPAQUE, dict)):
