@@ -264,6 +264,7 @@ async def one_run(
     step_clock: str = "cpu",
     event_loop: str = "",
     step_stacks: bool = False,
+    agent_env: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     node = SyntheticNode(workdir / "node", cpus=8)
     api = FakeAPIServer()
@@ -336,6 +337,7 @@ async def one_run(
         env["KOORDQOS_LOOP_WATCH"] = ("cpu" if step_clock == "cpu" else "wall") + (
             ",stacks" if step_stacks else ""
         )
+    env |= dict(kv.split("=", 1) for kv in agent_env)
     errlog = open(os.environ.get("BENCH_AGENT_STDERR", os.devnull), "w")  # noqa: SIM115
     load_start = os.getloadavg()
     t_spawn = time.monotonic()
@@ -421,6 +423,13 @@ def main() -> None:
         action="store_true",
         help="sample where long steps spend their time (stdlib loop; perturbs: a diagnosis, not figures)",
     )
+    p.add_argument(
+        "--agent-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set in the agent's environment (e.g. KOORDQOS_GC_POLICY=build); repeatable",
+    )
     p.add_argument("--profile", default="", help="py-spy each window into PREFIX-<pods>-<window>.txt (raw)")
     p.add_argument(
         "--reporting",
@@ -449,6 +458,7 @@ def main() -> None:
                             args.step_clock,
                             args.event_loop,
                             args.step_stacks,
+                            tuple(args.agent_env),
                         )
                     )
                 except Exception as exc:  # one failed run (e.g. never ready under the load) is reported
