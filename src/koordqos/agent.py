@@ -261,6 +261,126 @@ class LoopLagMonitor:
             obs.LOOP_LAG.observe(self.last_lag)
 
 
+class GcPolicy:
+    """Keeps garbage collections out of the event loop's steps and full collections short at any pod count.
+
+    A full (generation-2) collection walks every object the collector tracks that is not frozen: at 1,000
+    pods the pods, the runtime containers, the metric series' keys, the report history... ≈ 30 ms in one
+    loop step every 20–60 s. The live set hardly changes from one minute to the next, so walking it again
+    finds nothing; what must be walked is what became long-lived since. And a young collection (≈ 0.5 ms
+    for generation 0, ≈ 2.5 ms for generation 1 at 1,000 pods, mostly the last metrics round) runs wherever
+    an allocation crosses a threshold, i.e. inside some other step, which it lengthens. So:
+
+    * once start-up has settled (ready, the NRI runtime synchronized, a reconciler pass done after that) the
+      objects are frozen (`gc.freeze()`: moved to the permanent generation, O(1), no collection);
+    * after every full collection its survivors are frozen too: the next one walks only what became
+      long-lived since (its cost follows the churn, not the pod count);
+    * `paced` (the default): automatic collection is off and a task collects, by the interpreter's own
+      thresholds, every PACE_SECONDS — each collection is a loop step of its own, never inside another.
+
+    What it costs: a frozen object that later becomes part of an unreachable *cycle* is not collected
+    (acyclic garbage is freed by reference counting as ever); docs/performance.md measures how much that is.
+    `KOORDQOS_GC_POLICY=build` keeps only the freeze after the build (the behaviour before), `settle` the
+    freezes without the pacing. Only the agent process runs it (`run`), not agents built in tests.
+    """
+
+    name = "gc-policy"
+    essential = False
+    ENV = "KOORDQOS_GC_POLICY"
+    AUDIT_ENV = "KOORDQOS_GC_AUDIT"
+    MODES = ("build", "settle", "paced")
+    PACE_SECONDS = 0.02
+
+    def __init__(
+        self, agent: Agent, mode: str | None = None, poll: float = 1.0, give_up: float = 300.0
+    ) -> None:
+        self.agent = agent
+        self.mode = mode or os.environ.get(self.ENV, "paced")
+        if self.mode not in self.MODES:
+            raise ConfigError(f"{self.ENV}={self.mode!r}: one of {', '.join(self.MODES)}")
+        self.poll = poll
+        self.give_up = give_up
+        self.freezes = 0
+        self.polls = 0  # looks at whether start-up settled
+        self.collections = [0, 0, 0]  # paced collections by generation
+
+    def _after_full(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            gc.freeze()  # the survivors of a full collection: live, and walked just now
+            self.freezes += 1
+
+    def _settled(self, passes_at_ready: int | None) -> bool:
+        rec = self.agent.parts.reconciler
+        return passes_at_ready is not None and (rec is None or rec.passes > passes_at_ready)
+
+    async def _settle(self) -> None:
+        """Until start-up settled: ready, the runtime synchronized, a reconciler pass done after that."""
+        agent = self.agent
+        nri = agent.parts.nri is not None
+        deadline = time.monotonic() + self.give_up
+        passes_at_ready: int | None = None
+        while time.monotonic() < deadline and not self._settled(passes_at_ready):
+            await asyncio.sleep(self.poll)
+            self.polls += 1
+            if passes_at_ready is None and agent.ready and (not nri or agent.bus.state.nri_connected):
+                rec = agent.parts.reconciler
+                passes_at_ready = rec.passes if rec is not None else 0
+
+    def collect_due(self) -> int | None:
+        """The generation the interpreter would collect now (its thresholds and counts), or None."""
+        t0, t1, t2 = gc.get_threshold()
+        c0, c1, c2 = gc.get_count()
+        if t0 <= 0 or c0 <= t0:
+            return None
+        if c2 > t2:
+            return 2  # (the interpreter also waits for 25 % growth; a frozen-pruned full one is cheap)
+        return 1 if c1 > t1 else 0
+
+    async def run(self) -> None:
+        """Freeze once start-up settled, then after every full collection; pace collections."""
+        if self.mode == "build":
+            await asyncio.Event().wait()
+        gc.callbacks.append(self._after_full)
+        was_enabled = gc.isenabled()
+        try:
+            await self._settle()
+            gc.freeze()
+            self.freezes += 1
+            if self.mode == "settle":
+                await asyncio.Event().wait()
+            gc.disable()
+            while True:
+                await asyncio.sleep(self.PACE_SECONDS)
+                gen = self.collect_due()
+                if gen is not None:
+                    gc.collect(gen)
+                    self.collections[gen] += 1
+        finally:
+            if was_enabled:
+                gc.enable()
+            gc.callbacks.remove(self._after_full)
+            if os.environ.get(self.AUDIT_ENV):
+                self._audit()
+
+    def _audit(self) -> None:
+        """`KOORDQOS_GC_AUDIT=1`: at exit, log how much garbage the freezes kept from the collector (a full
+        collection after `gc.unfreeze()`, once the ordinary garbage is gone). A measurement, not for use."""
+        frozen = gc.get_freeze_count()
+        gc.collect()
+        gc.unfreeze()
+        start = time.perf_counter()
+        kept = gc.collect()
+        log.warning(
+            "gc audit",
+            mode=self.mode,
+            freezes=self.freezes,
+            frozen=frozen,
+            garbage_kept_by_freezing=kept,
+            full_collection_ms=round((time.perf_counter() - start) * 1000, 1),
+            paced_collections=self.collections,
+        )
+
+
 def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event loop to run on: uvloop when chosen, or with `auto` when it is installed (the optional
     dependency `koordqos[uvloop]`); None means the stdlib loop. Measured in docs/performance.md (NRI)."""
@@ -278,7 +398,10 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def run(agent: Agent) -> None:
-    """Run `agent` until stopped on the configured event loop."""
+    """Run `agent` until stopped on the configured event loop (the agent process: with its GC policy)."""
+    if not agent.components:
+        agent.build()
+    agent.components.append(GcPolicy(agent))
     factory = loop_factory(agent.config.event_loop)
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(agent.run())
