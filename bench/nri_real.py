@@ -33,7 +33,14 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def one(peer: Path, plugin: str, stub: Path, calls: int, event_loop: str | None = None) -> dict[str, float]:
+def one(
+    peer: Path,
+    plugin: str,
+    stub: Path,
+    calls: int,
+    event_loop: str | None = None,
+    distinct: bool = False,
+) -> dict[str, float]:
     """One measurement of `plugin` ("koordqos" | "stub"): p50/p99 in µs."""
     tmp = Path(tempfile.mkdtemp(prefix="kqnrireal-", dir="/tmp"))
     sock = tmp / "nri.sock"
@@ -69,7 +76,8 @@ def one(peer: Path, plugin: str, stub: Path, calls: int, event_loop: str | None 
             env["HOME"] = str(tmp)
             return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
-        out = run_peer(peer, sock, ["-bench", str(calls)], start, timeout=600)
+        args = ["-bench", str(calls), *(["-distinct"] if distinct else [])]
+        out = run_peer(peer, sock, args, start, timeout=600)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if out["adjusted"] != calls:
@@ -89,6 +97,12 @@ def main() -> None:
         default=None,
         help="the agent's --event-loop (default: the agent's own default)",
     )
+    p.add_argument(
+        "--distinct",
+        action="store_true",
+        help="a new container for every call (the one of 16 calls earlier removed, untimed), as on a real "
+        "node; default: 16 container ids in turn",
+    )
     args = p.parse_args()
     calls = 300 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
@@ -101,12 +115,13 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {"koordqos": [], "stub": []}
     for _ in range(runs):
         for plugin in ("stub", "koordqos"):
-            results[plugin].append(one(peer, plugin, stub, calls, args.event_loop))
+            results[plugin].append(one(peer, plugin, stub, calls, args.event_loop, args.distinct))
     load = os.getloadavg()
     med = {pl: {k: median([r[k] for r in rs]) for k in ("p50", "p99")} for pl, rs in results.items()}
     ratios = {k: med["koordqos"][k] / med["stub"][k] for k in ("p50", "p99")}
     print(
         f"NRI real runtime (containerd/nri pkg/adaptation) — {machine()}; {calls} CreateContainer calls, "
+        f"{'a new container each' if args.distinct else '16 container ids in turn'}; "
         f"median of {runs} run(s); agent event loop {args.event_loop or 'default'}; load average "
         f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )

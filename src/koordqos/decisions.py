@@ -38,7 +38,9 @@ class DecisionLog:
     """Bounded ring buffer of decisions; each one is also counted and logged."""
 
     def __init__(self, size: int = 4096, dry_run: bool = False) -> None:
-        self._ring: deque[Decision] = deque(maxlen=size)
+        # the fields of each Decision, in order: made into Decision objects only when read (the NRI reply
+        # path records one per call; a frozen dataclass costs more to build than the tuple)
+        self._ring: deque[tuple[Any, ...]] = deque(maxlen=size)
         self.dry_run = dry_run
 
     def record(
@@ -52,23 +54,15 @@ class DecisionLog:
         *,
         dry_run: bool | None = None,
         quiet: bool = False,
-    ) -> Decision:
+    ) -> None:
         """Record one decision; `quiet` skips the info log line (high-volume no-op decisions)."""
-        d = Decision(
-            time.time(),
-            strategy,
-            target,
-            action,
-            old,
-            new,
-            reason,
-            self.dry_run if dry_run is None else dry_run,
-        )
-        self._ring.append(d)
-        key = (strategy, action, d.dry_run)
+        dry = self.dry_run if dry_run is None else dry_run
+        fields = (time.time(), strategy, target, action, old, new, reason, dry)
+        self._ring.append(fields)
+        key = (strategy, action, dry)
         counter = _COUNTERS.get(key)
         if counter is None:  # labelled child resolved once: `labels()` costs more than `inc()`
-            counter = _COUNTERS[key] = obs.DECISIONS.labels(strategy, action, str(d.dry_run).lower())
+            counter = _COUNTERS[key] = obs.DECISIONS.labels(strategy, action, str(dry).lower())
         counter.inc()
         if not quiet:
             log.info(
@@ -79,17 +73,21 @@ class DecisionLog:
                 old=old,
                 new=new,
                 reason=reason,
-                dry_run=d.dry_run,
+                dry_run=dry,
             )
-        return d
+
+    def last(self) -> Decision | None:
+        """The newest decision, if any."""
+        ring = self._ring
+        return Decision(*ring[-1]) if ring else None
 
     def recent(self, limit: int | None = None, strategy: str | None = None) -> list[Decision]:
         """Newest-last decisions, optionally filtered by strategy."""
         # a snapshot first: worker threads (oom_score_adj, core-sched cookies) append while HTTP reads
-        items: Iterable[Decision] = list(self._ring)
+        items: Iterable[tuple[Any, ...]] = list(self._ring)
         if strategy:
-            items = [d for d in items if d.strategy == strategy]
-        out = list(items)
+            items = [d for d in items if d[1] == strategy]
+        out = [Decision(*d) for d in items]
         return out[-limit:] if limit else out
 
     def __len__(self) -> int:

@@ -484,3 +484,29 @@ async def test_container_records_go_to_node_state_after_the_reply_and_before_the
     assert seen_by_handler == [set(), {a.id}, {a.id, b.id}]
     assert set(bus.state.containers) == {b.id}  # the removal came last and stays last
     assert bus.state.containers[b.id].state == "created"
+
+
+async def test_a_container_reported_again_unchanged_publishes_nothing(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+) -> None:
+    """The runtime repeating a container's record (same state, resources, pid) changes nothing in NodeState:
+    no event is published for it (the state's generation stays), so nothing downstream wakes; a change is."""
+    async with MockRuntime(sock_path) as rt:
+        start_plugin()
+        await rt.wait_joined(timeout=5)
+        pod = sample_pod(1)
+        ctr = sample_container(pod, 0, state=api.CONTAINER_CREATED)
+        await rt.run_pod_sandbox(pod)
+        await rt.create_container(pod, ctr)
+        generation = bus.state.generation
+        first = bus.state.containers[ctr.id]
+        await rt.create_container(pod, ctr)  # the same container, the same record
+        assert bus.state.generation == generation
+        assert bus.state.containers[ctr.id] is first
+        ctr.linux.resources.cpu.shares.value = first.cpu_shares + 1
+        await rt.create_container(pod, ctr)  # its resources changed
+        assert bus.state.generation == generation + 1
+        assert bus.state.containers[ctr.id].cpu_shares == first.cpu_shares + 1
+        await rt.stop_container(pod, ctr)  # its state changed
+        assert bus.state.generation == generation + 2
+        assert bus.state.containers[ctr.id].state == "stopped"

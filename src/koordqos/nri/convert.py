@@ -345,17 +345,17 @@ class NRIHooks:
 
 
 def _summary(res: Resources, oom: int | None = None) -> str:
-    parts = [
-        f"{k}={v}"
-        for k, v in (
-            ("shares", res.cpu_shares),
-            ("quota", res.cfs_quota),
-            ("cpus", res.cpuset),
-            ("memory", res.memory_limit),
-            ("oom_score_adj", oom),
-        )
-        if v is not None
-    ]
+    parts = []
+    if res.cpu_shares is not None:
+        parts.append(f"shares={res.cpu_shares}")
+    if res.cfs_quota is not None:
+        parts.append(f"quota={res.cfs_quota}")
+    if res.cpuset is not None:
+        parts.append(f"cpus={res.cpuset}")
+    if res.memory_limit is not None:
+        parts.append(f"memory={res.memory_limit}")
+    if oom is not None:
+        parts.append(f"oom_score_adj={oom}")
     return " ".join(parts)
 
 

@@ -9,7 +9,8 @@ NodeState's runtime view changes with every call: a sandbox is published before 
 after it; a container's record (created, started, updated, stopped) is published right after the reply is
 written when the call was answered at once — its hooks read pods, the Node and the NodeSLO, never the
 runtime record of the container being handled, so the runtime need not wait for that bookkeeping — and
-before the handler runs otherwise. Either way it happens before the next request is read.
+before the handler runs otherwise. Either way it happens before the next request is read; a record equal
+to the one NodeState holds is not published again.
 """
 
 from __future__ import annotations
@@ -497,7 +498,9 @@ class PluginSession:
         if not self.plugin.limits.admit("container", node.containers, ctr.id):
             return
         uid = pod.uid or getattr(node.sandboxes.get(ctr.pod_sandbox_id), "uid", "")
-        self._publish(RuntimeContainerUpserted(runtime_container(ctr, uid, state)))
+        record = runtime_container(ctr, uid, state)
+        if node.containers.get(ctr.id) != record:  # the same record again changes nothing: no event
+            self._publish(RuntimeContainerUpserted(record))
 
     def _create_container(self, payload: bytes, received: float, tn: int) -> Reply:
         req = parse_payload(api.CreateContainerRequest, payload, "CreateContainer")

@@ -47,7 +47,10 @@ func benchContainer(pod *api.PodSandbox, i int) *api.Container {
 	}
 }
 
-func bench(ctx context.Context, r *nri.Adaptation, calls int) {
+// bench times `calls` CreateContainer calls. Without `distinct` 16 container ids take turns (the plugin sees
+// the same containers again); with it every call creates a new container, as on a real node, and the one
+// created 16 calls earlier is removed after the timed call, so the pod never holds more than 16.
+func bench(ctx context.Context, r *nri.Adaptation, calls int, distinct bool) {
 	pod := benchPod()
 	if err := r.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: pod}); err != nil {
 		fail("RunPodSandbox: %v", err)
@@ -55,7 +58,11 @@ func bench(ctx context.Context, r *nri.Adaptation, calls int) {
 	ns := make([]int64, 0, calls)
 	adjusted := 0
 	for i := 0; i < calls; i++ {
-		ctr := benchContainer(pod, i%16) // 16 container ids in turn, as bench/nri.py: a pod never has 2000
+		n := i % 16 // 16 container ids in turn, as bench/nri.py: a pod never has 2000
+		if distinct {
+			n = i
+		}
+		ctr := benchContainer(pod, n)
 		t0 := time.Now()
 		resp, err := r.CreateContainer(ctx, &api.CreateContainerRequest{Pod: pod, Container: ctr})
 		ns = append(ns, time.Since(t0).Nanoseconds())
@@ -64,6 +71,12 @@ func bench(ctx context.Context, r *nri.Adaptation, calls int) {
 		}
 		if resp.GetAdjust().GetLinux().GetResources().GetCpu().GetShares() != nil {
 			adjusted++
+		}
+		if distinct && i >= 16 {
+			old := &api.RemoveContainerRequest{Pod: pod, Container: benchContainer(pod, i-16)}
+			if err := r.RemoveContainer(ctx, old); err != nil {
+				fail("RemoveContainer %d: %v", i-16, err)
+			}
 		}
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(map[string]any{"ns": ns, "adjusted": adjusted}); err != nil {

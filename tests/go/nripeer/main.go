@@ -117,6 +117,7 @@ func main() {
 	socket := flag.String("socket", "", "NRI socket to listen on")
 	scriptPath := flag.String("script", "", "script mode: JSON scenario")
 	benchN := flag.Int("bench", 0, "bench mode: number of CreateContainer calls")
+	distinct := flag.Bool("distinct", false, "bench mode: a new container for every call (the one created 16 calls earlier is removed, untimed)")
 	wait := flag.Duration("wait", 60*time.Second, "how long to wait for a plugin to connect")
 	flag.Parse()
 	if *socket == "" || (*scriptPath == "") == (*benchN == 0) {
@@ -198,7 +199,7 @@ func main() {
 	syncMu.Unlock()
 	ctx := context.Background()
 	if *benchN > 0 {
-		bench(ctx, r, *benchN)
+		bench(ctx, r, *benchN, *distinct)
 		return
 	}
 	out := output{Plugins: 1, SyncUpdates: listJSON(syncUpdates), Results: []result{}}
