@@ -131,6 +131,7 @@ class Window:
     long_steps: dict[str, list[float]]
     stacks: dict[str, list[list[Any]]]  # --step-stacks: the longest such step's sampled stacks, by name
     gc: dict[str, list[float]]  # by generation: [collections, total ms, longest ms] in this window
+    gc_pauses: list[list[float]]  # [at, generation, ms] of full collections and those over 1 ms
 
 
 async def _get(http: aiohttp.ClientSession, url: str) -> str:
@@ -238,6 +239,7 @@ async def measure(
         long_steps=dict(sorted(long_steps.items(), key=lambda kv: -kv[1][1])),
         stacks=stacks,
         gc=gc,
+        gc_pauses=[[p["at"], p["generation"], p["seconds"] * 1000] for p in loop.get("gc_slow", [])],
         cpu_ms_per_tick=1000 * cpu / ticks if ticks else float("nan"),
         ticks=ticks,
         planned_pods=delta("koordqos_hooks_reconcile_planned_pods_total", "pass"),
