@@ -277,7 +277,7 @@ class GcPolicy:
       long-lived since (its cost follows the churn, not the pod count);
     * `paced` (the default): the interpreter still collects generation 0 itself (≈ 0.3 ms, wherever an
       allocation crosses its threshold), but generations 1 and 2 only when a task, every PACE_SECONDS,
-      finds them due by the interpreter's own thresholds: those collections are loop steps of their own,
+      finds them due (GEN1_AFTER, GEN2_AFTER): those collections are loop steps of their own,
       never inside another. (Pacing generation 0 too made it larger: ~700 objects become thousands
       between two looks.)
 
@@ -293,6 +293,12 @@ class GcPolicy:
     AUDIT_ENV = "KOORDQOS_GC_AUDIT"
     MODES = ("build", "settle", "paced")
     PACE_SECONDS = 0.02
+    # Lower than the interpreter's 10 and 10: a generation-1 collection walks the young objects still alive
+    # (under container churn those of the last seconds) and a frozen-pruned full one what became long-lived
+    # since the last: more often, each is shorter (at 1,000 pods with churn: generation 1 up to ≈ 5 ms and
+    # full ones 4–7 ms with 10 and 10; figures in docs/performance.md).
+    GEN1_AFTER = 5
+    GEN2_AFTER = 2
     NEVER = 1 << 30  # a count the interpreter's own generation-1 and -2 triggers never reach
 
     def __init__(
@@ -330,16 +336,14 @@ class GcPolicy:
                 rec = agent.parts.reconciler
                 passes_at_ready = rec.passes if rec is not None else 0
 
-    @staticmethod
-    def collect_due(thresholds: tuple[int, int, int]) -> int | None:
-        """The older generation (1 or 2) the interpreter would collect by `thresholds`, or None."""
-        _, t1, t2 = thresholds
+    def collect_due(self) -> int | None:
+        """The older generation (1 or 2) due: generation 1 after more than GEN1_AFTER generation-0
+        collections, generation 2 after more than GEN2_AFTER generation-1 ones (the interpreter's defaults
+        are 10 and 10, and a 25 % growth of the long-lived objects for 2)."""
         _, c1, c2 = gc.get_count()
-        if c1 <= t1:
+        if c1 <= self.GEN1_AFTER:
             return None
-        return (
-            2 if c2 > t2 else 1
-        )  # (2: the interpreter also waits for 25 % growth; frozen-pruned it is cheap)
+        return 2 if c2 > self.GEN2_AFTER else 1
 
     async def run(self) -> None:
         """Freeze once start-up settled, then after every full collection; pace collections."""
@@ -357,7 +361,7 @@ class GcPolicy:
             gc.set_threshold(thresholds[0], self.NEVER, self.NEVER)
             while True:
                 await asyncio.sleep(self.PACE_SECONDS)
-                gen = self.collect_due(thresholds)
+                gen = self.collect_due()
                 if gen is not None:
                     gc.collect(gen)
                     self.collections[gen] += 1
