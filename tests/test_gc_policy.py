@@ -29,7 +29,8 @@ async def main():
     out["frozen_before_ready"] = policy.freezes
     agent.ready = True
     agent.bus.state.nri_connected = True
-    await wait_until(lambda: policy.polls >= 6, timeout=10, message="looked again")
+    seen = policy.polls  # it looks at readiness right after counting a look: two more looks saw it
+    await wait_until(lambda: policy.polls >= seen + 2, timeout=10, message="looked again")
     out["frozen_before_pass"] = policy.freezes
     reconciler.passes += 1  # the reconciler's first pass after the runtime synchronized
     await wait_until(lambda: policy.freezes >= 1, timeout=10, message="frozen once settled")
