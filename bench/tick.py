@@ -5,12 +5,18 @@ Each pod has two started containers (half BE, half LS/Burstable); the synthetic 
 cgroup, the BE aggregate, store the samples, publish the MetricTick. Budget: a 200-pod round <= 20 ms CPU.
 
     python bench/tick.py [--quick] [--runs N] [--version v1|v2] [--real] [--pods 50,200,500,1000]
+                         [--container-metrics needed|cpu|all]
 
 The longest loop step is measured by a probe task that yields in a loop (bench/_common.py LongestStep): wall
 time between its wake-ups, and the loop thread's CPU time in that gap (what a step costs, whatever the load).
 
 --real builds the pods as scratch cgroups on this machine's cgroup v1 hierarchy (root needed; removed
 afterwards), so the reads hit kernfs instead of tmpfs.
+
+--container-metrics picks the collector's container demand: `needed` (default, the agent's default: what CPU
+burst reads; no NodeSLO here, so no container file), `cpu` (every pod's containers' CPU usage and throttling,
+as when CPU burst's policy covers every pod), `all` (every container file: the agent's
+`--container-metrics=all`, koordlet's behaviour).
 """
 
 from __future__ import annotations
@@ -22,16 +28,20 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from _common import LongestStep, machine, median, parser, percentile, table
+from koordqos.agent import container_demand
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
+from koordqos.config import AgentConfig
 from koordqos.events.bus import EventBus
 from koordqos.events.types import PodUpserted
-from koordqos.metrics.collector import MetricsCollector
+from koordqos.metrics.collector import ContainerDemand, MetricsCollector
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import read_topology
+from koordqos.metrics.types import ContainerSeries
 from koordqos.model.keys import BATCH_CPU, LABEL_QOS
 from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.qos import KubeQoS
@@ -78,9 +88,22 @@ def make_pods(n: int) -> list[PodInfo]:
 THREAD = False  # --thread: MetricsCollector(read_in_thread=True)
 
 
-def _thread_kw() -> dict[str, bool]:
+DEMAND = "needed"  # --container-metrics
+
+
+def _collector_kw() -> dict[str, Any]:
     # only passed when asked for, so the benchmark also runs against a collector without the option
-    return {"read_in_thread": True} if THREAD else {}
+    kw: dict[str, Any] = {"read_in_thread": True} if THREAD else {}
+    if DEMAND != "all":
+        kw["container_demand"] = _demand(DEMAND)
+    return kw
+
+
+def _demand(choice: str) -> ContainerDemand | None:
+    """The collector's container demand for --container-metrics."""
+    if choice == "cpu":
+        return lambda pod, state: ContainerSeries.CPU
+    return container_demand(AgentConfig.model_validate({"metrics": {"container_metrics": choice}}), True)
 
 
 async def measure(n: int, rounds: int, version: CgroupVersion, base: Path) -> Result:
@@ -98,7 +121,7 @@ async def measure(n: int, rounds: int, version: CgroupVersion, base: Path) -> Re
         store,
         proc_root=node.proc_root,
         topology=read_topology(node.sys_root),
-        **_thread_kw(),
+        **_collector_kw(),
     )
     return await timed_rounds(coll, n, rounds)
 
@@ -154,7 +177,7 @@ async def measure_real(n: int, rounds: int) -> Result:
             await bus.publish(PodUpserted(pod))
         reader = CgroupReader(layout)
         coll = MetricsCollector(
-            bus, layout, reader, MetricStore(), topology=read_topology("/sys"), **_thread_kw()
+            bus, layout, reader, MetricStore(), topology=read_topology("/sys"), **_collector_kw()
         )
         try:
             return await timed_rounds(coll, n, rounds)
@@ -171,13 +194,20 @@ def main() -> None:
     ap.add_argument("--real", action="store_true", help="scratch cgroups on the real v1 hierarchy")
     ap.add_argument("--pods", default="50,200,500,1000", help="comma-separated pod counts")
     ap.add_argument("--thread", action="store_true", help="read the pods' files in a worker thread")
+    ap.add_argument(
+        "--container-metrics",
+        choices=["needed", "cpu", "all"],
+        default="needed",
+        help="which container files the collector reads (see above)",
+    )
     args = ap.parse_args()
     if args.real and (reason := unavailable_reason()):
         print(f"--real unavailable: {reason}")
         return
     version = CgroupVersion(args.version)
-    global THREAD
+    global THREAD, DEMAND
     THREAD = args.thread
+    DEMAND = args.container_metrics
     rounds = 5 if args.quick else 30
     runs = 1 if args.quick else args.runs
     tmp_parent = "/dev/shm" if Path("/dev/shm").is_dir() else None
@@ -208,6 +238,7 @@ def main() -> None:
         )
     where = "real cgroup v1 (kernfs) cgroupfs" if args.real else f"synthetic tmpfs cgroup {version} systemd"
     where += ", reads in a worker thread" if args.thread else ", reads on the loop"
+    where += f", container metrics {args.container_metrics}"
     print(f"metrics collector round, {where}, {machine()}, {runs} runs x {rounds} rounds")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(

@@ -43,9 +43,11 @@ from koordqos.kube.events import EventRecorder
 from koordqos.kube.evictor import Evictor
 from koordqos.kube.local import LocalSources
 from koordqos.kube.sources import NodeSLOSource
-from koordqos.metrics.collector import MetricsCollector
+from koordqos.metrics.collector import ContainerDemand, MetricsCollector
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import CpuTopology, read_topology
+from koordqos.metrics.types import ContainerSeries
+from koordqos.model.pod import PodInfo
 from koordqos.nri import build_plugin
 from koordqos.nri.convert import NRIHooks
 from koordqos.nri.plugin import NRIPlugin
@@ -57,6 +59,8 @@ from koordqos.report.nrt import NRTDesired
 from koordqos.server.http import HTTPServer
 from koordqos.state import NodeState
 from koordqos.strategies import build_qos_manager
+from koordqos.strategies.cpuburst import CPUBurstStrategy
+from koordqos.strategies.cpuburst_plan import reads_container_cpu
 from koordqos.strategies.framework import QoSManager
 
 log = structlog.get_logger("koordqos.agent")
@@ -182,6 +186,27 @@ class Parts:
         out += self.reporters.components if self.reporters is not None else []
         out += [c for c in (self.nri, self.proxy, self.http) if c]
         return out
+
+
+def container_demand(cfg: AgentConfig, strategies_on: bool) -> ContainerDemand | None:
+    """The collector's container demand for `--container-metrics` (None: every container, `all`).
+
+    `needed` (project decision, docs/performance.md): only CPU burst reads container series (usage and
+    throttling: `cpuburst_plan.reads_container_cpu`), and only when the strategies run with it enabled;
+    nothing reads a container's memory.
+    """
+    if cfg.metrics.container_metrics == "all":
+        return None
+    if not (strategies_on and CPUBurstStrategy().enabled(cfg)):
+        return lambda pod, state: ContainerSeries.NONE
+
+    def needed(pod: PodInfo, state: NodeState) -> ContainerSeries:
+        slo = state.node_slo
+        if reads_container_cpu(pod, slo.cpu_burst_strategy if slo is not None else None):
+            return ContainerSeries.CPU
+        return ContainerSeries.NONE
+
+    return needed
 
 
 def cluster_mode_available(cfg: AgentConfig, env: dict[str, str] | None = None) -> bool:
@@ -492,6 +517,7 @@ class Agent:
                 proc_root=cfg.paths.proc_root,
                 topology=svc.topology,
                 interval=cfg.metrics.collect_interval_seconds,
+                container_demand=container_demand(cfg, "strategies" in on),
             )
         if "kube" in on:
             if svc.kube is None:

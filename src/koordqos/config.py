@@ -172,6 +172,8 @@ class MetricsSettings(_Group):
 
     collect_interval_seconds: float = Field(1.0, gt=0)
     retention_seconds: float = Field(600.0, gt=0)
+    # needed: a container's series only when a consumer reads them (project decision); all: koordlet's
+    container_metrics: Literal["needed", "all"] = "needed"
 
 
 def _seconds(v: Any) -> Any:
@@ -445,6 +447,14 @@ FLAGS: tuple[Flag, ...] = (
         "collect-interval", "metrics.collect_interval_seconds", "metrics collection period in seconds", float
     ),
     Flag("metrics-retention-seconds", "metrics.retention_seconds", "metrics history kept in memory", float),
+    Flag(
+        "container-metrics",
+        "metrics.container_metrics",
+        "which containers' cgroup files each collect reads: needed (those a strategy uses: CPU burst's)"
+        " or all (every container's CPU, throttling and memory, koordlet)",
+        str,
+        ("needed", "all"),
+    ),
     Flag(
         "enable-node-metric-report", "report.node_metric_enabled", "write this node's NodeMetric status", bool
     ),

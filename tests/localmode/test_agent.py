@@ -4,6 +4,7 @@ collector measures them per container (CPU usage, throttling, memory) on a synth
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -78,12 +79,29 @@ class Env:
     clock: FakeClock
 
 
-@pytest.fixture(
-    params=[(CgroupVersion.V1, CgroupDriver.CGROUPFS), (CgroupVersion.V2, CgroupDriver.SYSTEMD)],
-    ids=["v1-cgroupfs", "v2-systemd"],
-)
+COMBOS = [(CgroupVersion.V1, CgroupDriver.CGROUPFS), (CgroupVersion.V2, CgroupDriver.SYSTEMD)]
+COMBO_IDS = ["v1-cgroupfs", "v2-systemd"]
+
+
+@pytest.fixture(params=COMBOS, ids=COMBO_IDS)
 async def env(request: pytest.FixtureRequest, short_dir: Path) -> AsyncIterator[Env]:
-    version, driver = request.param
+    """The agent reading every container's series (`--container-metrics=all`, koordlet's behaviour)."""
+    async with agent_env(request.param, short_dir, {"container_metrics": "all"}) as e:
+        yield e
+
+
+@pytest.fixture(params=COMBOS, ids=COMBO_IDS)
+async def default_env(request: pytest.FixtureRequest, short_dir: Path) -> AsyncIterator[Env]:
+    """The agent with its default `--container-metrics` (needed)."""
+    async with agent_env(request.param, short_dir, {}) as e:
+        yield e
+
+
+@contextlib.asynccontextmanager
+async def agent_env(
+    combo: tuple[CgroupVersion, CgroupDriver], short_dir: Path, metrics: dict[str, object]
+) -> AsyncIterator[Env]:
+    version, driver = combo
     node = SyntheticNode(short_dir / "node", version, driver)
     sock = short_dir / "nri.sock"
     runtime = MockRuntime(sock, runtime_name="containerd")
@@ -97,7 +115,7 @@ async def env(request: pytest.FixtureRequest, short_dir: Path) -> AsyncIterator[
             },
             "nri": {"socket": str(sock), "backoff_seconds": 0.05, "backoff_cap_seconds": 0.2},
             # the collector's own loop runs once at start; the test drives the rounds it checks
-            "metrics": {"collect_interval_seconds": 3600},
+            "metrics": {"collect_interval_seconds": 3600, **metrics},
             "kube": {"node_name": "local-node"},
         }
     )
@@ -116,9 +134,9 @@ async def env(request: pytest.FixtureRequest, short_dir: Path) -> AsyncIterator[
         await runtime.stop()
 
 
-async def test_be_pod_containers_over_nri_are_measured_per_container(env: Env) -> None:
+async def start_be_pod(env: Env) -> tuple[api.PodSandbox, list[api.Container]]:
+    """The BE pod with its two containers, created and started over NRI, running in NodeState."""
     node, rt, lay = env.node, env.runtime, env.node.layout
-    mismatches = CGROUP_MISMATCH.labels("pod")._value.get() + CGROUP_MISMATCH.labels("container")._value.get()
     pod_pb = be_sandbox(lay.driver)
     ctrs = [
         container(pod_pb, cid, name, lay.driver) for cid, name in zip(CIDS, ("main", "sidecar"), strict=True)
@@ -138,6 +156,13 @@ async def test_be_pod_containers_over_nri_are_measured_per_container(env: Env) -
         return pod is not None and [c.state for c in pod.containers] == ["running", "running"]
 
     await wait_until(running, message="the pod with both containers running")
+    return pod_pb, ctrs
+
+
+async def test_be_pod_containers_over_nri_are_measured_per_container(env: Env) -> None:
+    node, rt, lay = env.node, env.runtime, env.node.layout
+    mismatches = CGROUP_MISMATCH.labels("pod")._value.get() + CGROUP_MISMATCH.labels("container")._value.get()
+    pod_pb, ctrs = await start_be_pod(env)
     pod = env.agent.bus.state.pods[UID]
     assert (pod.source, pod.qos, pod.kube_qos) == ("nri", QoSClass.BE, KubeQoS.BESTEFFORT)
     ids = [f"containerd://{cid}" for cid in CIDS]
@@ -186,3 +211,37 @@ async def test_be_pod_containers_over_nri_are_measured_per_container(env: Env) -
     assert [c.id for c in snap.pods[UID].containers] == [ids[0]]
     after = CGROUP_MISMATCH.labels("pod")._value.get() + CGROUP_MISMATCH.labels("container")._value.get()
     assert after == mismatches
+
+
+async def test_default_agent_reads_only_the_pod_files_when_nothing_needs_a_container(
+    default_env: Env,
+) -> None:
+    """--container-metrics=needed (the default) without CPU burst: the pod is measured from its own three
+    files; no container file is opened and no container series is stored."""
+    env = default_env
+    node, lay = env.node, env.node.layout
+    await start_be_pod(env)
+    pod = env.agent.bus.state.pods[UID]
+    pod_dir = lay.pod_dir(pod)
+    coll, clock = env.collector, env.clock
+    await coll.round()
+    clock.now += 2.0
+    node.add_cpu_usage(pod_dir, int(0.75 * 2.0 * SEC))
+    for cid in CIDS:
+        node.add_cpu_usage(lay.container_dir(pod, f"containerd://{cid}"), int(0.3 * 2.0 * SEC))
+    snap = await coll.round()
+
+    sample = snap.pods[UID]
+    assert close(sample.cpu_usage_cores, 0.75)
+    assert sample.memory_working_set is not None
+    assert sample.containers == ()
+    plan = coll._plans[UID]
+    assert {rel for rel, _sub, _name in plan.files.entries} == {pod_dir}
+    assert len(plan.files.entries) == 3
+    store = env.agent.services.metric_store
+    for kind in (
+        MetricKind.CONTAINER_CPU_USAGE,
+        MetricKind.CONTAINER_MEMORY_USAGE,
+        MetricKind.CONTAINER_CPU_THROTTLED,
+    ):
+        assert store.keys(kind) == []

@@ -3,6 +3,8 @@ counters the test advances, publishes MetricTicks on the bus, and the QoS manage
 
 Time is a fake clock advanced one collect interval per round (collector, store, executor and manager share
 it), so every round is one strategy tick; each round waits for the bus to drain (bounded by a timeout).
+Each test runs with the agent's container demand for `--container-metrics=needed` (the default: the collector
+reads the container's CPU files because CPU burst's policy needs them) and `all` (every container file).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from koordqos.agent import Services, build_services
+from koordqos.agent import Services, build_services, container_demand
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.config import AgentConfig
 from koordqos.decisions import DecisionLog
@@ -71,13 +73,14 @@ class Node:
         return got
 
 
-@pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[Node]:
+@pytest.fixture(params=["needed", "all"])
+async def node(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Node]:
     fs = SyntheticNode(tmp_path, cpus=CPUS, extensions=("cpu.cfs_burst_us",))
     config = AgentConfig.model_validate(
         {
             "paths": {"cgroup_root": fs.cgroup_root, "proc_root": fs.proc_root, "sys_root": fs.sys_root},
             "feature_gates": "BECPUSuppress=false,RdtResctrl=false",  # only CPUBurst acts on this node
+            "metrics": {"container_metrics": request.param},
         }
     )
     clock = [1000.0]
@@ -96,6 +99,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
         topology=read_topology(fs.sys_root),
         interval=1.0,
         clock=now,
+        container_demand=container_demand(config, True),
     )
     # the executor's write cache ages with the fake clock too
     executor = CgroupExecutor(base.layout, base.decisions, clock=now)
@@ -182,3 +186,30 @@ async def test_quota_grows_on_idle_node_then_shrinks_under_load_then_resets(node
     assert states[0] == "unknown"
     assert states[1] == "idle"
     assert states[-1] == "overload"
+
+
+async def test_the_collector_reads_what_the_burst_policy_needs(node: Node) -> None:
+    """`needed`: the container's CPU files while the policy bursts the quota, none of its memory files, and
+    only the pod's files once the policy is none; `all`: every file all along."""
+    await node.round(0.2)
+    await node.round(0.2)
+    ctr_files = sorted(
+        name for rel, _sub, name in node.collector._plans[node.pod.uid].files.entries if rel == node.ctr_dir
+    )
+    needed = node.collector.container_demand is not None
+    every = ["cpu.stat", "cpuacct.usage", "memory.stat", "memory.usage_in_bytes"]
+    assert ctr_files == (["cpu.stat", "cpuacct.usage"] if needed else every)
+    sample = node.collector.last.pods[node.pod.uid] if node.collector.last else None
+    assert sample is not None
+    (c,) = sample.containers
+    assert c.cpu_usage_cores is not None
+    assert abs(c.cpu_usage_cores - 1.5) < 0.01
+    assert c.throttled_ratio == 0.5
+    assert (c.memory_working_set is None) is needed
+
+    await node.ctx.bus.publish(NodeSLOUpdated(slo=make_slo(policy="none")))
+    await node.round(0.2)
+    entries = node.collector._plans[node.pod.uid].files.entries
+    assert any(rel == node.ctr_dir for rel, _sub, _name in entries) is not needed
+    assert node.collector.last is not None
+    assert (node.collector.last.pods[node.pod.uid].containers == ()) is needed

@@ -6,9 +6,11 @@ vanished between listing and reading is normal — or when the content cannot be
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion, parse_cpuset
@@ -67,10 +69,15 @@ def stat_value(text: str, key: str) -> int | None:
 def stat_value_bytes(data: bytes, key: bytes) -> int | None:
     """`stat_value` on the raw bytes of a file (no decode: the collector's hot path)."""
     needle = key + b" "
+    return _stat_value(data, needle, b"\n" + needle)
+
+
+def _stat_value(data: bytes, needle: bytes, line_needle: bytes) -> int | None:
+    """`stat_value_bytes` with its needles made once: `key + b" "` and `b"\\n" + key + b" "`."""
     if data.startswith(needle):
         i = 0
     else:
-        i = data.find(b"\n" + needle) + 1
+        i = data.find(line_needle) + 1
         if i == 0:
             return None
     end = data.find(b"\n", i)
@@ -78,6 +85,21 @@ def stat_value_bytes(data: bytes, key: bytes) -> int | None:
         return int(data[i + len(needle) : end if end >= 0 else None])
     except ValueError:
         return None
+
+
+_PERIODS = (b"nr_periods ", b"\nnr_periods ")
+_THROTTLED = (b"nr_throttled ", b"\nnr_throttled ")
+
+
+def throttle_counts_of(data: bytes | None) -> tuple[int, int] | None:
+    """(nr_periods, nr_throttled) of `cpu.stat` bytes, as `cpu_stat_of` reads them (the collector's path:
+    no CpuStat); None without nr_periods."""
+    if data is None:
+        return None
+    periods = _stat_value(data, *_PERIODS)
+    if periods is None:
+        return None
+    return periods, _stat_value(data, *_THROTTLED) or 0
 
 
 def usage_ns_of(data: bytes | None, v2: bool) -> int | None:
@@ -114,34 +136,84 @@ def _int(data: bytes | None) -> int | None:
         return None
 
 
+def usage_bytes_of(data: bytes | None) -> int | None:
+    """A single-number file's value (`memory.usage_in_bytes`, `memory.current`); None when unreadable."""
+    return _int(data)
+
+
+# memory.stat's LRU lists, in the kernel's order; v1's hierarchical totals (`total_` keys) are its last lines
+_LRU = (b"inactive_anon", b"active_anon", b"inactive_file", b"active_file", b"unevictable")
+_LRU_V1 = tuple(b"total_" + k for k in _LRU)
+_LRU_WORDS = (list(_LRU_V1), list(_LRU))  # (v1, v2)
+_LRU_START = (b"\n" + _LRU_V1[0] + b" ", b"\n" + _LRU[0] + b" ")
+_INACTIVE_FILE = (b"\n" + _LRU_V1[2] + b" ", b"\n" + _LRU[2] + b" ")
+
+
+def lru_of(stat: bytes, v2: bool) -> tuple[int, int, int, int, int]:
+    """(inactive_anon, active_anon, inactive_file, active_file, unevictable) bytes of `memory.stat` (v1: the
+    hierarchical `total_` keys); a missing or malformed key counts 0.
+
+    The kernel prints the five on consecutive lines in this order (v1's totals are the file's last lines:
+    searched from the end), so they are normally parsed from the ten words that start at the first; when those
+    are not exactly the five keys with a number each, every key is searched for in the whole file.
+    """
+    keys = _LRU_WORDS[v2]
+    start = _LRU_START[v2]
+    i = stat.find(start) if v2 else stat.rfind(start)
+    if i >= 0:
+        words = stat[i + 1 :].split(None, 10)
+        if words[0:10:2] == keys:
+            try:
+                inactive_anon, active_anon, inactive_file, active_file, unevictable = map(int, words[1:10:2])
+                return inactive_anon, active_anon, inactive_file, active_file, unevictable
+            except ValueError:
+                pass
+    inactive_anon, active_anon, inactive_file, active_file, unevictable = (
+        stat_value_bytes(stat, key) or 0 for key in keys
+    )
+    return inactive_anon, active_anon, inactive_file, active_file, unevictable
+
+
+def _inactive_file(stat: bytes, v2: bool) -> int:
+    needle = _INACTIVE_FILE[v2]
+    i = stat.find(needle) if v2 else stat.rfind(needle)
+    if i < 0:
+        return stat_value_bytes(stat, _LRU[2] if v2 else _LRU_V1[2]) or 0
+    i += len(needle)
+    end = stat.find(b"\n", i)
+    try:
+        return int(stat[i : end if end >= 0 else None])
+    except ValueError:
+        return 0
+
+
 def working_set_of(usage: bytes | None, stat: bytes | None, v2: bool) -> int | None:
     """usage − inactive file pages (v1 `total_inactive_file`, v2 `inactive_file`), >= 0 (None: no usage)."""
     used = _int(usage)
     if used is None:
         return None
-    inactive = 0
-    if stat is not None:
-        inactive = stat_value_bytes(stat, b"inactive_file" if v2 else b"total_inactive_file") or 0
-    return max(0, used - inactive)
+    return max(0, used - _inactive_file(stat, v2)) if stat is not None else used
 
 
-def memory_readings_of(usage: bytes | None, stat: bytes | None, v2: bool) -> MemoryReadings | None:
-    """Working set, anon and anon + file pages from the usage file and one `memory.stat` (see
-    `CgroupReader.memory_readings`); None without usage."""
+def memory_figures_of(
+    usage: bytes | None, stat: bytes | None, v2: bool
+) -> tuple[int, int | None, int | None] | None:
+    """(working set, anon, anon + file pages) from the usage file and one `memory.stat` (the definitions of
+    `CgroupReader.memory_readings`); anon and anon + file None without memory.stat; None without usage."""
     used = _int(usage)
     if used is None:
         return None
     if stat is None:
-        return MemoryReadings(used, None, None)
-    p = b"" if v2 else b"total_"
-    inactive_file = stat_value_bytes(stat, p + b"inactive_file") or 0
-    anon = (
-        (stat_value_bytes(stat, p + b"inactive_anon") or 0)
-        + (stat_value_bytes(stat, p + b"active_anon") or 0)
-        + (stat_value_bytes(stat, p + b"unevictable") or 0)
-    )
-    cache = inactive_file + (stat_value_bytes(stat, p + b"active_file") or 0)
-    return MemoryReadings(max(0, used - inactive_file), anon, anon + cache)
+        return used, None, None
+    inactive_anon, active_anon, inactive_file, active_file, unevictable = lru_of(stat, v2)
+    anon = inactive_anon + active_anon + unevictable
+    return max(0, used - inactive_file), anon, anon + inactive_file + active_file
+
+
+def memory_readings_of(usage: bytes | None, stat: bytes | None, v2: bool) -> MemoryReadings | None:
+    """`memory_figures_of` as a MemoryReadings (see `CgroupReader.memory_readings`); None without usage."""
+    figures = memory_figures_of(usage, stat, v2)
+    return None if figures is None else MemoryReadings(*figures)
 
 
 CGROUP_FS_TYPES = frozenset({"cgroup", "cgroup2"})
@@ -393,17 +465,28 @@ def read_procs(layout: CgroupLayout, rel: str) -> list[int] | None:
     return [int(x) for x in b"".join(chunks).split() if x.isdigit()]
 
 
+_MAX_READ = 65536  # the most a cgroup file is read for (memory.stat is ~1-2 KiB)
+
+
+def _size_hint(length: int) -> int:
+    """What to read a file for next time: twice its length as a power of two, >= 64 (small reads allocate
+    small objects; a result that fills the hint is read again whole)."""
+    return min(_MAX_READ, max(64, 1 << (2 * length).bit_length()))
+
+
 class FileSet:
     """A fixed list of cgroup files held open and re-read together: one `pread` each per round.
 
-    For a reader of many dirs every round (the metrics collector: ~11 files per pod). Entries are (rel,
-    subsystem, file name); `read()` returns each file's bytes, or None where the file (or its dir) is gone.
-    A file that fails (ENODEV: its cgroup was removed; link count 0 on synthetic trees) is closed and opened
-    again from the root on the next read, so a dir removed and made again is followed. The owner calls
-    `close()`; the fds count against the reader's `max_open_files` (beyond it files are opened per read).
+    For a reader of many dirs every round (the metrics collector: 3 files per pod and some per container).
+    Entries are (rel, subsystem, file name); `read()` returns each file's bytes, or None where the file (or
+    its dir) is gone. A file that fails (ENODEV: its cgroup was removed; link count 0 on synthetic trees) is
+    closed and opened again from the root on the next read, so a dir removed and made again is followed. Each
+    file is read for twice its last length (`_size_hint`); a read that fills it is repeated for 64 KiB. The
+    owner calls `close()`; the fds count against the reader's `max_open_files` (beyond it files are opened per
+    read).
     """
 
-    __slots__ = ("_dirs", "_fds", "_names", "_reader", "entries")
+    __slots__ = ("_dirs", "_fds", "_names", "_reader", "_ready", "_sizes", "_zeros", "entries")
 
     def __init__(self, reader: CgroupReader, entries: Sequence[tuple[str, str, str]]) -> None:
         self._reader = reader
@@ -411,17 +494,49 @@ class FileSet:
         self._names = [name for _rel, _sub, name in self.entries]
         self._dirs = [(rel, sub) for rel, sub, _name in self.entries]
         self._fds: list[int] = [-1] * len(self.entries)
+        self._sizes: list[int] = [_MAX_READ] * len(self.entries)
+        self._zeros = [0] * len(self.entries)  # the offsets of the preads
+        # every file open and no link count to check (kernfs): read() takes its one-line path
+        self._ready = False
 
     def read(self) -> list[bytes | None]:
         """Every file's content (None where missing); blocking, safe to call from a worker thread."""
+        if self._ready:
+            sizes = self._sizes
+            try:  # C-level loops only: one pread per file
+                got: list[bytes] = list(map(os.pread, self._fds, sizes, self._zeros))
+            except OSError:  # a file failed (its cgroup was removed): each one again, the careful way
+                return self._read_each()
+            out = cast("list[bytes | None]", got)
+            if any(map(operator.ge, map(len, got), sizes)):  # a read filled its hint: maybe cut short
+                for i, n in enumerate(sizes):
+                    if len(got[i]) >= n:
+                        out[i] = self._read_whole(i)
+            return out
+        return self._read_each()
+
+    def _read_whole(self, i: int) -> bytes | None:
+        """File i read for 64 KiB (its size hint updated), None when that read fails."""
+        try:
+            data = os.pread(self._fds[i], _MAX_READ, 0)
+        except OSError:
+            return None
+        self._sizes[i] = _size_hint(len(data))
+        return data
+
+    def _read_each(self) -> list[bytes | None]:
         out: list[bytes | None] = []
         fds = self._fds
+        sizes = self._sizes
         check_links = self._reader._check_links
         missing = False
         for i, fd in enumerate(fds):
             if fd >= 0:
                 try:
-                    data = os.pread(fd, 65536, 0)
+                    data = os.pread(fd, sizes[i], 0)
+                    if len(data) >= sizes[i]:
+                        data = os.pread(fd, _MAX_READ, 0)
+                        sizes[i] = _size_hint(len(data))
                     if not check_links or os.fstat(fd).st_nlink > 0:
                         out.append(data)
                         continue
@@ -434,6 +549,7 @@ class FileSet:
             out.append(None)
         if missing:
             self._reopen(out)
+        self._ready = not check_links and all(fd >= 0 for fd in fds)
         return out
 
     def _reopen(self, out: list[bytes | None]) -> None:
@@ -455,10 +571,12 @@ class FileSet:
                 except OSError:
                     continue
                 try:
-                    out[i] = os.read(fd, 65536)
+                    data = os.read(fd, _MAX_READ)
                 except OSError:
                     os.close(fd)
                     continue
+                out[i] = data
+                self._sizes[i] = _size_hint(len(data))
                 if reader.open_files < reader.max_open_files:
                     self._fds[i] = fd
                     reader.held += 1
@@ -477,6 +595,7 @@ class FileSet:
 
     def close(self) -> None:
         """Close the held files."""
+        self._ready = False
         for i, fd in enumerate(self._fds):
             if fd >= 0:
                 os.close(fd)

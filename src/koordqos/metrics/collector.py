@@ -1,5 +1,10 @@
-"""MetricsCollector: every collect interval, sample the node, each known pod and container, and the BE
-aggregate; store the samples and publish one MetricTick.
+"""MetricsCollector: every collect interval, sample the node, each known pod (and the containers a consumer
+needs), and the BE aggregate; store the samples and publish one MetricTick.
+
+Which containers' series are read is the `container_demand`'s answer per pod (`ContainerSeries`): the agent
+asks for what its consumers read (`--container-metrics=needed`: today CPU usage and throttling of the pods CPU
+burst acts on, nothing else); without a demand every container is read every round (koordlet's behaviour,
+`--container-metrics=all`). A pod's own CPU, memory usage and memory.stat are always read.
 
 Rates are counter deltas between rounds (qos-manager.md §6): the first round after start (or after a cgroup
 appears) has no delta and reports None for CPU usage and throttling. Missing /proc files (synthetic roots)
@@ -25,10 +30,9 @@ from koordqos import observability as obs
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.reader import (
     CgroupReader,
-    CpuStat,
     FileSet,
-    cpu_stat_of,
-    memory_readings_of,
+    memory_figures_of,
+    throttle_counts_of,
     usage_ns_of,
     working_set_of,
 )
@@ -43,6 +47,7 @@ from koordqos.metrics.topology import CpuTopology
 from koordqos.metrics.types import (
     BESample,
     ContainerSample,
+    ContainerSeries,
     HostAppSample,
     MetricSnapshot,
     NodeSample,
@@ -53,6 +58,7 @@ from koordqos.model.nodeslo import CgroupPath, HostApplicationSpec
 from koordqos.model.pod import PodInfo
 from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.once import SeenOnce
+from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.metrics")
 
@@ -80,6 +86,10 @@ _NO_APPS: Mapping[str, HostAppSample] = MappingProxyType({})
 YIELD_AFTER_SECONDS = 0.002
 INGEST_SLICE = 20  # pods handed to the store per call (~0.1 ms at load 0, ~1 ms on a loaded machine)
 
+ContainerDemand = Callable[[PodInfo, NodeState], ContainerSeries]
+"""Which container series of a pod some consumer reads. It may depend on the pod, the NodeSLO and static
+configuration only: the collector asks again only when the pod's PodInfo or the NodeSLO object changes."""
+
 
 @dataclass(frozen=True, slots=True)
 class _ContainerPlan:
@@ -93,24 +103,36 @@ class _ContainerPlan:
 @dataclass(frozen=True, slots=True)
 class _PodPlan:
     """A pod's dirs, counter keys and its FileSet: pod files first (CPU usage, memory usage, memory.stat),
-    then per container CPU usage, memory usage, memory.stat and, on v1, cpu.stat (v2: one cpu.stat serves
-    usage and throttling)."""
+    then per container (when `series` asks for them) CPU usage and, on v1, cpu.stat (v2: one cpu.stat serves
+    usage and throttling), then memory usage and memory.stat. `slo` is the NodeSLO the demand was asked under
+    (None without a demand)."""
 
     pod: PodInfo
     dir: str
     cpu_key: str
     containers: tuple[_ContainerPlan, ...]
     files: FileSet
+    series: ContainerSeries
+    slo: object
+    read_cpu: bool
+    read_memory: bool
 
 
-def _pod_files(v2: bool, pod_dir: str, container_dirs: list[str]) -> list[tuple[str, str, str]]:
+def _pod_files(
+    v2: bool, pod_dir: str, container_dirs: list[str], series: ContainerSeries
+) -> list[tuple[str, str, str]]:
     cpu = ("cpu", "cpu.stat") if v2 else ("cpuacct", "cpuacct.usage")
     usage = "memory.current" if v2 else "memory.usage_in_bytes"
     out = [(pod_dir, *cpu), (pod_dir, "memory", usage), (pod_dir, "memory", "memory.stat")]
+    read_cpu = ContainerSeries.CPU in series
+    read_memory = ContainerSeries.MEMORY in series
     for d in container_dirs:
-        out += [(d, *cpu), (d, "memory", usage), (d, "memory", "memory.stat")]
-        if not v2:
-            out.append((d, "cpu", "cpu.stat"))
+        if read_cpu:
+            out.append((d, *cpu))
+            if not v2:
+                out.append((d, "cpu", "cpu.stat"))
+        if read_memory:
+            out += [(d, "memory", usage), (d, "memory", "memory.stat")]
     return out
 
 
@@ -137,6 +159,7 @@ class MetricsCollector:
         interval: float = 1.0,
         clock: Callable[[], float] = time.time,
         read_in_thread: bool = False,
+        container_demand: ContainerDemand | None = None,
     ) -> None:
         self.bus = bus
         self.layout = layout
@@ -148,6 +171,8 @@ class MetricsCollector:
         self._clock = clock
         # read the pods' files in one worker-thread hop per round (parsing stays on the loop, in slices)
         self.read_in_thread = read_in_thread
+        # which containers' series to read per pod; None: all of them (koordlet's behaviour)
+        self.container_demand = container_demand
         self._v2 = layout.version is CgroupVersion.V2
         self._prev: dict[str, tuple[int, float]] = {}  # counter key → (value, time)
         self._prev_thr: dict[str, tuple[int, int]] = {}  # throttle key → (nr_periods, nr_throttled)
@@ -157,6 +182,7 @@ class MetricsCollector:
         # NodeState replaces its pods mapping on every change: per-mapping sums are kept until it does
         self._be_request_of: Mapping[str, PodInfo] | None = None
         self._round_of: Mapping[str, PodInfo] | None = None
+        self._round_slo: object = None
         self._round_pods: list[PodInfo] = []
         self._round_plans: list[_PodPlan] = []
         self._round_bad: list[PodInfo] = []
@@ -223,20 +249,22 @@ class MetricsCollector:
         seen: set[str] = set()
         since = time.perf_counter()
         spent = 0.0
-        if self._round_of is not state.pods:  # the pods and their plans, again only when the pods changed
+        slo = state.node_slo if self.container_demand is not None else None
+        # the pods and their plans, again only when the pods (or, with a demand, the NodeSLO) changed
+        if self._round_of is not state.pods or self._round_slo is not slo:
             pods = [p for p in state.pods.values() if not p.terminated]
             plans, bad = [], []
             for pod in pods:
-                plan = self._plan(pod)
+                plan = self._plan(pod, state, slo)
                 if plan is None:
                     bad.append(pod)
                 else:
                     plans.append(plan)
             self._round_pods, self._round_plans, self._round_bad = pods, plans, bad
-            self._round_of = state.pods
+            self._round_of, self._round_slo = state.pods, slo
         else:
             for pod in self._round_bad:  # refused pods are counted every round, as before
-                self._plan(pod)
+                self._plan(pod, state, slo)
         pods, plans = self._round_pods, self._round_plans
         read: list[tuple[float, list[bytes | None]]] | None = None
         spent += time.process_time() - cpu0
@@ -334,26 +362,25 @@ class MetricsCollector:
         rate = self._rate(key, self.reader.cpu_usage_ns(rel), at, seen)
         return None if rate is None else rate / 1e9
 
-    def _throttled(self, rel: str, key: str, seen: set[str]) -> float | None:
-        return self._throttle_ratio(key, self.reader.cpu_stat(rel), seen)
-
-    def _throttle_ratio(self, key: str, stat: CpuStat | None, seen: set[str]) -> float | None:
-        """Δnr_throttled / Δnr_periods since the last round; None on the first sample or a reset."""
-        if stat is None:
+    def _throttle_ratio(self, key: str, counts: tuple[int, int] | None, seen: set[str]) -> float | None:
+        """Δnr_throttled / Δnr_periods since the last round (counts: (nr_periods, nr_throttled)); None on the
+        first sample or a reset."""
+        if counts is None:
             return None
         seen.add(key)
         prev = self._prev_thr.get(key)
-        self._prev_thr[key] = (stat.nr_periods, stat.nr_throttled)
-        if prev is None or stat.nr_periods < prev[0] or stat.nr_throttled < prev[1]:
+        self._prev_thr[key] = counts
+        nr_periods, nr_throttled = counts
+        if prev is None or nr_periods < prev[0] or nr_throttled < prev[1]:
             return None
-        periods = stat.nr_periods - prev[0]
-        return 0.0 if periods == 0 else (stat.nr_throttled - prev[1]) / periods
+        periods = nr_periods - prev[0]
+        return 0.0 if periods == 0 else (nr_throttled - prev[1]) / periods
 
-    def _plan(self, pod: PodInfo) -> _PodPlan | None:
-        """The pod's cgroup dirs, counter keys and open files, built once per PodInfo (path building and
-        opening are not free); a new PodInfo with the same dirs keeps the open files."""
+    def _plan(self, pod: PodInfo, state: NodeState, slo: object) -> _PodPlan | None:
+        """The pod's cgroup dirs, counter keys and open files, built once per PodInfo (and NodeSLO, with a
+        demand: path building and opening are not free); a new plan with the same files keeps them open."""
         plan = self._plans.get(pod.uid)
-        if plan is not None and plan.pod is pod:
+        if plan is not None and plan.pod is pod and plan.slo is slo:
             return plan
         try:
             pod_dir = self.layout.pod_dir(pod)
@@ -362,8 +389,11 @@ class MetricsCollector:
                 "bad_pod", "uid:" + pod.uid, "pod not measured", pod=pod.key, uid=pod.uid, error=str(exc)
             )
             return None
+        demand = self.container_demand
+        series = ContainerSeries.ALL if demand is None else demand(pod, state)
         containers: list[_ContainerPlan] = []
-        for c in (*pod.containers, *(i for i in pod.init_containers if i.sidecar)):
+        measured = (*pod.containers, *(i for i in pod.init_containers if i.sidecar)) if series else ()
+        for c in measured:
             if not c.container_id:
                 continue
             try:
@@ -379,14 +409,24 @@ class MetricsCollector:
                 )
                 continue
             containers.append(_ContainerPlan(c.container_id, c.name, cdir, "cpu:" + cdir, "thr:" + cdir))
-        entries = _pod_files(self._v2, pod_dir, [c.dir for c in containers])
+        entries = _pod_files(self._v2, pod_dir, [c.dir for c in containers], series)
         if plan is not None and plan.files.entries == tuple(entries):
             files = plan.files
         else:
             if plan is not None:
                 plan.files.close()
             files = self.reader.file_set(entries)
-        plan = _PodPlan(pod, pod_dir, "cpu:" + pod_dir, tuple(containers), files)
+        plan = _PodPlan(
+            pod,
+            pod_dir,
+            "cpu:" + pod_dir,
+            tuple(containers),
+            files,
+            series,
+            slo,
+            ContainerSeries.CPU in series,
+            ContainerSeries.MEMORY in series,
+        )
         self._plans[pod.uid] = plan
         return plan
 
@@ -396,34 +436,45 @@ class MetricsCollector:
         rate = self._rate
         cpu_ns = rate(plan.cpu_key, usage_ns_of(data[0], v2), at, seen)
         cpu = None if cpu_ns is None else cpu_ns / 1e9
-        readings = memory_readings_of(data[1], data[2], v2)
-        mem = None if readings is None else readings.working_set
-        if mem is None and cpu is None and plan.cpu_key not in seen:
+        figures = memory_figures_of(data[1], data[2], v2)  # working set, anon, anon + file pages
+        if figures is None and cpu is None and plan.cpu_key not in seen:
             pod = plan.pod
             self._missing(
                 "cgroup_vanished", "pod:" + pod.uid, "pod cgroup missing", pod=pod.key, dir=plan.dir
             )
             return None
-        step = 3 if v2 else 4
-        i = 3
-        containers = []
-        for c in plan.containers:
-            cpu_data = data[i]
-            c_ns = rate(c.cpu_key, usage_ns_of(cpu_data, v2), at, seen)
-            containers.append(
-                ContainerSample(
-                    c.id,
-                    c.name,
-                    None if c_ns is None else c_ns / 1e9,
-                    working_set_of(data[i + 1], data[i + 2], v2),
-                    self._throttle_ratio(c.thr_key, cpu_stat_of(cpu_data if v2 else data[i + 3]), seen),
-                )
-            )
-            i += step
+        containers: tuple[ContainerSample, ...] = ()
+        if plan.containers:
+            containers = self._containers(plan, at, data, seen)
         uid = plan.pod.uid
-        if readings is None:
-            return PodSample(uid, cpu, mem, tuple(containers))
-        return PodSample(uid, cpu, mem, tuple(containers), readings.anon, readings.with_cache)
+        if figures is None:
+            return PodSample(uid, cpu, None, containers)
+        return PodSample(uid, cpu, figures[0], containers, figures[1], figures[2])
+
+    def _containers(
+        self, plan: _PodPlan, at: float, data: list[bytes | None], seen: set[str]
+    ) -> tuple[ContainerSample, ...]:
+        """The containers' samples (their files follow the pod's three; see _PodPlan for the order)."""
+        v2 = self._v2
+        read_cpu, read_memory = plan.read_cpu, plan.read_memory
+        i = 3
+        out = []
+        for c in plan.containers:
+            cpu = throttled = None
+            if read_cpu:
+                cpu_data = data[i]
+                c_ns = self._rate(c.cpu_key, usage_ns_of(cpu_data, v2), at, seen)
+                cpu = None if c_ns is None else c_ns / 1e9
+                if not v2:
+                    i += 1
+                throttled = self._throttle_ratio(c.thr_key, throttle_counts_of(data[i]), seen)
+                i += 1
+            working_set = None
+            if read_memory:
+                working_set = working_set_of(data[i], data[i + 1], v2)
+                i += 2
+            out.append(ContainerSample(c.id, c.name, cpu, working_set, throttled))
+        return tuple(out)
 
     def _be_request(self, mapping: Mapping[str, PodInfo], pods: list[PodInfo]) -> int:
         """Σ batch-cpu requests of the BE pods, summed again only when the pods mapping changed."""

@@ -26,6 +26,18 @@ class MetricKind(enum.StrEnum):
     HOST_APP_MEMORY_USAGE = "host_application_memory_usage"  # bytes (working set), key = app name
 
 
+class ContainerSeries(enum.Flag):
+    """Which of a pod's containers' series the collector reads (the pod's own are always read).
+
+    A `ContainerDemand` answers it per pod; `ALL` is koordlet's behaviour (every container, every round).
+    """
+
+    NONE = 0
+    CPU = enum.auto()  # CPU usage and throttling: v1 cpuacct.usage + cpu.stat, v2 cpu.stat
+    MEMORY = enum.auto()  # working set: memory.usage_in_bytes / memory.current + memory.stat
+    ALL = CPU | MEMORY
+
+
 def _empty() -> Mapping[str, PodSample]:
     return MappingProxyType({})
 
@@ -60,7 +72,8 @@ class ContainerSample:
 
 @dataclass(frozen=True, slots=True)
 class PodSample:
-    """One pod's usage and its containers'."""
+    """One pod's usage and its containers' (only the containers whose series were read: see
+    `ContainerSeries`; a series not read is None)."""
 
     uid: str
     cpu_usage_cores: float | None = None

@@ -17,6 +17,7 @@ from koordqos.metrics.collector import MetricsCollector
 from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import read_topology
+from koordqos.metrics.types import ContainerSeries
 from koordqos.model.node import parse_node
 from koordqos.model.nodeslo import parse_nodeslo
 from koordqos.model.pod import parse_pod
@@ -91,6 +92,8 @@ async def report_once(cfg: AgentConfig, cluster: bool, rounds: int = 3) -> Json:
             proc_root=paths.proc_root,
             topology=topology,
             interval=interval,
+            # the reports are made of pod, node and host-app series: no container file is read
+            container_demand=lambda pod, state: ContainerSeries.NONE,
         )
         history = ReportHistory(interval)
         for i in range(max(rounds, 2)):  # CPU rates need two rounds

@@ -85,6 +85,29 @@ def burstable(pod: PodInfo) -> bool:
     return pod.qos_raw not in (QoSClass.LSR, QoSClass.LSE, QoSClass.BE)
 
 
+def limiter_enabled(cfg: CPUBurstConfig) -> bool:
+    """The burst limiter counts usage: cfsQuotaBurstPeriodSeconds >= 0 and cfsQuotaBurstPercent >= 100."""
+    period, percent = cfg.cfs_quota_burst_period_seconds, cfg.cfs_quota_burst_percent
+    return period is not None and period >= 0 and percent is not None and percent >= 100
+
+
+def reads_container_cpu(pod: PodInfo, node_cfg: CPUBurstConfig | None) -> bool:
+    """Whether a CPUBurst round reads `pod`'s containers' CPU usage or throttling (the metrics collector
+    reads them only then, `--container-metrics=needed`).
+
+    A round looks at burstable active pods when the NodeSLO has a cpuBurstStrategy, and reads a running
+    container's series only when it has a CPU limit: throttling when the pod's effective policy bursts the
+    quota (auto, cfsQuotaBurstOnly), usage then and whenever the burst limiter is on (whatever the policy: it
+    keeps counting). Grey-control injectors are not consulted (none is built by the agent).
+    """
+    if node_cfg is None or not burstable(pod) or not pod.active:
+        return False
+    if not any(c.limits.get("cpu", 0) > 0 for c in pod.containers):
+        return False
+    cfg = pod_burst_config(node_cfg, pod)
+    return cfg is not None and (cfs_quota_burst_enabled(cfg.policy) or limiter_enabled(cfg))
+
+
 # -- node state ---------------------------------------------------------------------------------------------
 
 

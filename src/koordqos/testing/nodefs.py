@@ -19,6 +19,13 @@ from koordqos.model.qos import KubeQoS
 
 GiB = 1 << 30
 V1_SUBSYSTEMS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
+_LRU = ("inactive_anon", "active_anon", "inactive_file", "active_file", "unevictable")
+# memory.stat as the kernel lays it out (the five LRU lists on consecutive lines; v1's totals last), all 0
+V1_MEMORY_STAT = "".join(f"{k} 0\n" for k in ("cache", "rss", *_LRU)) + "".join(
+    f"total_{k} 0\n" for k in ("cache", "rss", *_LRU)
+)
+V2_MEMORY_STAT = "".join(f"{k} 0\n" for k in ("anon", "file", *_LRU, "slab_reclaimable"))
+
 # kernel-specific files, created only when asked for via `extensions`
 EXTENSION_FILES = {
     "cpu.cfs_burst_us": ("cpu", "0"),
@@ -110,7 +117,7 @@ class SyntheticNode:
                 ("cpuset", "cpuset.mems"): "0",
                 ("memory", "memory.limit_in_bytes"): "9223372036854771712",
                 ("memory", "memory.usage_in_bytes"): "0",
-                ("memory", "memory.stat"): "cache 0\nrss 0\ntotal_inactive_file 0\ntotal_active_file 0\n",
+                ("memory", "memory.stat"): V1_MEMORY_STAT,
                 ("blkio", "blkio.throttle.read_bps_device"): "",
                 ("blkio", "blkio.throttle.read_iops_device"): "",
                 ("blkio", "blkio.throttle.write_bps_device"): "",
@@ -131,7 +138,7 @@ class SyntheticNode:
                 ("cpuset", "cpuset.mems"): "",
                 ("memory", "memory.max"): "max",
                 ("memory", "memory.current"): "0",
-                ("memory", "memory.stat"): "anon 0\nfile 0\nactive_file 0\ninactive_file 0\n",
+                ("memory", "memory.stat"): V2_MEMORY_STAT,
                 ("memory", "memory.min"): "0",
                 ("memory", "memory.low"): "0",
                 ("memory", "memory.high"): "max",
