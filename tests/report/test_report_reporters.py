@@ -122,6 +122,29 @@ async def test_round_writes_the_status_and_keeps_the_spec(fake: FakeAPIServer, c
     assert debug["last"]["writtenAt"] == "2026-12-01T18:30:00Z"
 
 
+async def test_written_at_is_the_written_status_update_time(fake: FakeAPIServer, client: KubeClient) -> None:
+    """The wall clock moves between the round's start and the build (a loaded node: seconds): /debug/state's
+    writtenAt is still the updateTime of the status written."""
+    fake.upsert("nodemetrics", make_nodemetric(NODE))
+    clock = FakeClock()
+    walls = iter(WALL + 2.0 * i for i in range(100))
+    r = NodeMetricReporter(
+        EventBus(state=worked_state()),
+        ReportHistory(1.0, clock=clock),
+        NodeMetricWriter(client, NODE, sleep=no_sleep),
+        wall=lambda: next(walls),
+        sleep=no_sleep,
+    )
+    assert await r.refresh_policy()
+    feed(r.history, clock, 130, LOAD)
+    record = await r.round()
+    assert record.outcome == "written"
+    stored = fake.get("nodemetrics", NODE)
+    assert stored is not None
+    assert record.built_at != stored["status"]["updateTime"]  # the clock did move within the round
+    assert r.debug_state()["last"]["writtenAt"] == stored["status"]["updateTime"]
+
+
 async def test_missing_nodemetric_is_never_created(fake: FakeAPIServer, client: KubeClient) -> None:
     clock = FakeClock()
     r = reporter(client, worked_state(), clock)

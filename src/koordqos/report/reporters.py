@@ -207,7 +207,9 @@ class NodeMetricReporter:
             return self.last
         out = await self.writer.write(status)
         if out.outcome == "written":
-            self.last_written_at = now
+            # the written status's own time: `now` was read before the NodeMetric GET and the build, seconds
+            # earlier on a loaded node
+            self.last_written_at = str(status.get("updateTime") or now)
             self._note("", "NodeMetric status written", resource_version=out.resource_version)
         elif out.outcome == "failed":
             self._note("failed", "NodeMetric status write failed", error=out.detail, attempts=out.attempts)
