@@ -46,6 +46,7 @@ TICK_S = 0.5
 CREATES_PER_TICK = 18  # 36 CreateContainer calls per second in the churn window (issue #18)
 CHURN_LIFETIME_TICKS = 5  # a churn container is removed 2.5 s after its creation
 WARMUP_S = 5.0  # after the first reconcile pass: the first ticks
+LIST_STEPS_MS = 2.0  # the steps at least this long are listed by name
 
 
 def free_port() -> int:
@@ -126,6 +127,11 @@ class Window:
     ticks: float
     planned_pods: dict[str, float]  # by reconciler pass kind
     cgroup_writes: dict[str, float]  # by outcome
+    # every step of at least LIST_STEPS_MS, by name: [count, longest (step clock), its wall ms, its GC ms]
+    long_steps: dict[str, list[float]]
+    stacks: dict[str, list[list[Any]]]  # --step-stacks: the longest such step's sampled stacks, by name
+    gc: dict[str, list[float]]  # by generation: [collections, total ms, longest ms] in this window
+    gc_pauses: list[list[float]]  # [at, generation, ms] of full collections and those over 1 ms
 
 
 async def _get(http: aiohttp.ClientSession, url: str) -> str:
@@ -168,6 +174,8 @@ async def measure(
     """CPU, lag p99 and the longest step over `seconds`; with `churn`, 18 CreateContainer calls per 0.5 s."""
     before = await _get(http, f"{base}/metrics")
     since = time.monotonic()
+    async with http.get(f"{base}/debug/loop?since={since}") as r:
+        loop0 = await r.json() if r.status == 200 else {}
     cpu0 = proc_cpu_seconds(pid)
     t0 = time.monotonic()
     spy = None
@@ -209,7 +217,29 @@ async def measure(
         old = counters(before, name, label)
         return {k: v - old.get(k, 0.0) for k, v in counters(after, name, label).items()}
 
+    long_steps: dict[str, list[float]] = {}
+    stacks: dict[str, list[list[Any]]] = {}
+    for step in loop.get("slow", []):
+        if step["seconds"] * 1000 >= LIST_STEPS_MS:
+            row = long_steps.setdefault(step["name"], [0, 0.0, 0.0, 0.0])
+            row[0] += 1
+            if step["seconds"] * 1000 > row[1]:
+                row[1:] = [step["seconds"] * 1000, step["wall"] * 1000, step.get("gc", 0.0) * 1000]
+                stacks[step["name"]] = step.get("stacks", [])
+    gc: dict[str, list[float]] = {}
+    for gen, now in loop.get("gc", {}).items():
+        old = loop0.get("gc", {}).get(gen, {"count": 0, "seconds": 0.0})
+        pauses = [p["seconds"] for p in loop.get("gc_slow", []) if str(p["generation"]) == gen]
+        gc[gen] = [
+            now["count"] - old["count"],
+            (now["seconds"] - old["seconds"]) * 1000,
+            max(pauses, default=0.0) * 1000,
+        ]
     return Window(
+        long_steps=dict(sorted(long_steps.items(), key=lambda kv: -kv[1][1])),
+        stacks=stacks,
+        gc=gc,
+        gc_pauses=[[p["at"], p["generation"], p["seconds"] * 1000] for p in loop.get("gc_slow", [])],
         cpu_ms_per_tick=1000 * cpu / ticks if ticks else float("nan"),
         ticks=ticks,
         planned_pods=delta("koordqos_hooks_reconcile_planned_pods_total", "pass"),
@@ -235,6 +265,8 @@ async def one_run(
     profile: str = "",
     step_clock: str = "cpu",
     event_loop: str = "",
+    step_stacks: bool = False,
+    agent_env: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     node = SyntheticNode(workdir / "node", cpus=8)
     api = FakeAPIServer()
@@ -304,7 +336,10 @@ async def one_run(
         cmd += ["--enable-node-metric-report=false", "--feature-gates=NodeTopologyReport=false"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
     if step_clock != "off":  # off: to measure what the detector itself costs
-        env["KOORDQOS_LOOP_WATCH"] = step_clock if step_clock == "cpu" else "1"
+        env["KOORDQOS_LOOP_WATCH"] = ("cpu" if step_clock == "cpu" else "wall") + (
+            ",stacks" if step_stacks else ""
+        )
+    env |= dict(kv.split("=", 1) for kv in agent_env)
     errlog = open(os.environ.get("BENCH_AGENT_STDERR", os.devnull), "w")  # noqa: SIM115
     load_start = os.getloadavg()
     t_spawn = time.monotonic()
@@ -385,6 +420,18 @@ def main() -> None:
         default="",
         help="the agent's --event-loop (default: its own; uvloop is probed, unnamed)",
     )
+    p.add_argument(
+        "--step-stacks",
+        action="store_true",
+        help="sample where long steps spend their time (stdlib loop; perturbs: a diagnosis, not figures)",
+    )
+    p.add_argument(
+        "--agent-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set in the agent's environment (e.g. KOORDQOS_GC_POLICY=build); repeatable",
+    )
     p.add_argument("--profile", default="", help="py-spy each window into PREFIX-<pods>-<window>.txt (raw)")
     p.add_argument(
         "--reporting",
@@ -412,6 +459,8 @@ def main() -> None:
                             args.profile,
                             args.step_clock,
                             args.event_loop,
+                            args.step_stacks,
+                            tuple(args.agent_env),
                         )
                     )
                 except Exception as exc:  # one failed run (e.g. never ready under the load) is reported
@@ -438,6 +487,26 @@ def main() -> None:
                 + (f"; NRI PLUGIN DROPPED: {r['churn']['dropped']}" if r["churn"]["dropped"] else ""),
                 flush=True,
             )
+            for w in ("steady", "churn"):
+                gc = r[w]["gc"]
+                if gc:
+                    print(
+                        f"#   {w} GC: "
+                        + ", ".join(
+                            f"gen {g} ×{v[0]:.0f} {v[1]:.1f} ms"
+                            + (f" (longest {v[2]:.1f})" if g == "2" else "")
+                            for g, v in sorted(gc.items())
+                        ),
+                        flush=True,
+                    )
+                for name, (n, ms, wall, in_gc) in r[w]["long_steps"].items():
+                    print(
+                        f"#   {w} step ≥ {LIST_STEPS_MS:g} ms ×{n:.0f}: longest {ms:.1f} ms "
+                        f"({wall:.1f} wall, GC {in_gc:.1f}) {name}",
+                        flush=True,
+                    )
+                    for stack, n_samples in r[w]["stacks"].get(name, []):
+                        print(f"#       {n_samples:3d} × {stack}", flush=True)
         if not results:
             continue
 

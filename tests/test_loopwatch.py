@@ -77,3 +77,61 @@ def test_off_unless_the_environment_says_on() -> None:
     assert not loopwatch.enabled({loopwatch.ENV: "0"})
     assert loopwatch.enabled({loopwatch.ENV: "1"})
     assert loopwatch.current() is None  # nothing installed in this process
+
+
+GC_SCRIPT = """
+import asyncio, gc, json, time
+from koordqos import loopwatch
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+async def hog():
+    await asyncio.sleep(0)
+    {body}
+    await asyncio.sleep(0)
+
+async def main():
+    watch = loopwatch.install(asyncio.get_running_loop(), env={{"KOORDQOS_LOOP_WATCH": {setting!r}}})
+    since = time.monotonic()
+    await asyncio.create_task(hog(), name="hogger")
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+    print(json.dumps(watch.snapshot(since)))
+
+asyncio.run(main())
+"""
+
+
+def run_gc(body: str, setting: str) -> dict[str, object]:
+    code = textwrap.dedent(GC_SCRIPT).format(body=body, setting=setting)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_garbage_collections_are_timed_and_a_slow_steps_share_is_told() -> None:
+    # a full collection over 200,000 fresh lists inside one step of the hogger
+    snap = run_gc("junk = [[] for _ in range(200000)]; gc.collect(); del junk", "cpu")
+    gcs = snap["gc"]
+    assert isinstance(gcs, dict)
+    assert gcs["2"]["count"] >= 1
+    assert gcs["2"]["longest"] > 0
+    full = [p for p in snap["gc_slow"] if p["generation"] == 2]  # type: ignore[union-attr]
+    assert full
+    hog = [s for s in snap["slow"] if s["name"].startswith("task hogger")]  # type: ignore[union-attr]
+    assert hog
+    assert hog[0]["gc"] >= full[-1]["seconds"]  # the collection ran inside that step
+
+
+def test_the_stacks_mode_says_where_a_long_step_spent_its_time() -> None:
+    snap = run_gc("spin(0.05)", "cpu,stacks")
+    hog = [s for s in snap["slow"] if s["name"].startswith("task hogger")]  # type: ignore[union-attr]
+    assert hog
+    stacks = hog[0]["stacks"]
+    assert stacks
+    top, samples = stacks[0]
+    assert top.startswith("spin:")  # the innermost frame first
+    assert "hog:" in top
+    assert samples > 1

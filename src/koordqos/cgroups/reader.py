@@ -69,17 +69,7 @@ def stat_value(text: str, key: str) -> int | None:
 def stat_value_bytes(data: bytes, key: bytes) -> int | None:
     """`stat_value` on the raw bytes of a file (no decode: the collector's hot path)."""
     needle = key + b" "
-    if data.startswith(needle):
-        i = 0
-    else:
-        i = data.find(b"\n" + needle) + 1
-        if i == 0:
-            return None
-    end = data.find(b"\n", i)
-    try:
-        return int(data[i + len(needle) : end if end >= 0 else None])
-    except ValueError:
-        return None
+    return _stat_value(data, needle, b"\n" + needle)
 
 
 def _stat_value(data: bytes, needle: bytes, line_needle: bytes) -> int | None:

@@ -39,14 +39,31 @@ class PodView:
     containers: tuple[RuntimeContainer, ...]
 
 
-def pod_views(state: NodeState) -> Iterator[PodView]:
-    """API-server pods first (with their sandbox if NRI knows it), then pods known only through NRI."""
+CONTAINERS_PER_STEP = 256  # `group_containers` stops this often (~0.1–0.3 ms of grouping)
+
+ContainersByPod = dict[str, list[RuntimeContainer]]
+
+
+def group_containers(containers: Mapping[str, RuntimeContainer], into: ContainersByPod) -> Iterator[None]:
+    """Group the runtime containers by pod uid into `into` (in the mapping's order), stopping after every
+    CONTAINERS_PER_STEP containers so a caller can pace thousands of them."""
+    for i, c in enumerate(containers.values(), 1):
+        into.setdefault(c.pod_uid, []).append(c)
+        if i % CONTAINERS_PER_STEP == 0:
+            yield
+
+
+def pod_views(state: NodeState, ctrs: ContainersByPod | None = None) -> Iterator[PodView]:
+    """API-server pods first (with their sandbox if NRI knows it), then pods known only through NRI.
+
+    `ctrs`: the state's containers already grouped (`group_containers`); grouped here when not given."""
     by_uid: dict[str, RuntimeSandbox] = {}
     for sb in state.sandboxes.values():
         by_uid[sb.uid] = sb
-    ctrs: dict[str, list[RuntimeContainer]] = {}
-    for c in state.containers.values():
-        ctrs.setdefault(c.pod_uid, []).append(c)
+    if ctrs is None:
+        ctrs = {}
+        for _ in group_containers(state.containers, ctrs):
+            pass
     for uid, pod in state.pods.items():
         yield PodView(uid, pod, by_uid.pop(uid, None), tuple(ctrs.get(uid, ())))
     for uid, sb in by_uid.items():

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
+from immutables import Map
 from prometheus_client import Counter
 
 from koordqos import observability as obs
@@ -31,7 +32,14 @@ from koordqos.hooks.completion import container_writes, host_app_writes, kube_qo
 from koordqos.hooks.context import ContainerContext, KubeQoSContext
 from koordqos.hooks.host_intents import CookieTarget, OomTarget
 from koordqos.hooks.hostapps import host_app_context
-from koordqos.hooks.podviews import PodView, container_contexts, pod_context, pod_views
+from koordqos.hooks.podviews import (
+    ContainersByPod,
+    PodView,
+    container_contexts,
+    group_containers,
+    pod_context,
+    pod_views,
+)
 from koordqos.hooks.resources import ExtendedResourceSpecError
 from koordqos.hooks.runtime import RuntimeHooks
 from koordqos.model.node import NodeInfo
@@ -95,6 +103,8 @@ class ReconcilePlanner:
         self.apps_warned: SeenOnce[tuple[str, str]] = SeenOnce(MAX_WARNED)  # (host app, error) logged
         self.records: dict[str, PodRecord] = {}  # uid → the pod as last planned
         self._node_wide: tuple[NodeInfo | None, NodeSLO | None] | None = None  # what the last pass saw
+        # the runtime containers grouped by pod, for the containers mapping they were grouped from
+        self._grouped: tuple[Mapping[str, RuntimeContainer], ContainersByPod] | None = None
 
     def steps(
         self, state: NodeState, result: PassResult, *, full: bool = True, all_processes: bool = True
@@ -122,7 +132,17 @@ class ReconcilePlanner:
         uids: set[str] = set()
         records = self.records
         skipped = 0
-        for view in pod_views(state):
+        grouped = self._grouped
+        runtime = state.containers
+        if grouped is not None and grouped[0] is runtime:
+            ctrs = grouped[1]  # no runtime change since the last pass: the reducer replaces the mapping
+        else:
+            ctrs = {}
+            yield  # the grouping is a pass's longest stretch without a pod: its own steps
+            yield from group_containers(runtime, ctrs)
+            # kept only for a persistent map (the reducer's): a plain dict may change in place
+            self._grouped = (runtime, ctrs) if type(runtime) is Map else None
+        for view in pod_views(state, ctrs):
             uids.add(view.uid)
             if view.pod is not None and view.pod.terminated:
                 records.pop(view.uid, None)

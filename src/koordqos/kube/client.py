@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,42 @@ from koordqos.errors import KubeError
 log = structlog.get_logger("koordqos.kube.client")
 
 AuthHeaders = Callable[[], Awaitable[dict[str, str]]]
+
+SLICE_ITEMS = 64  # a list longer than this is encoded a slice at a time
+SLICE_SECONDS = 0.002  # encoding yields to the event loop once a slice ran this long
+
+
+async def encode_json(body: Any) -> bytes:
+    """`json.dumps(body).encode()`, byte for byte, but a long list (a NodeMetric status's podsMetric: ~160 KB
+    at 1,000 pods, 3–10 ms in one `json.dumps`) is encoded a slice of items at a time, yielding to the
+    event loop between slices that ran `SLICE_SECONDS`."""
+    parts: list[str] = []
+    clock = [time.perf_counter()]
+    await _encode_into(body, parts, clock)
+    return "".join(parts).encode()
+
+
+async def _encode_into(obj: Any, parts: list[str], clock: list[float]) -> None:
+    if isinstance(obj, dict) and obj:
+        parts.append("{")
+        for i, (key, value) in enumerate(obj.items()):
+            if i:
+                parts.append(", ")
+            parts.append(json.dumps(key) + ": ")
+            await _encode_into(value, parts, clock)
+        parts.append("}")
+    elif isinstance(obj, list) and len(obj) > SLICE_ITEMS:
+        parts.append("[")
+        for start in range(0, len(obj), SLICE_ITEMS):
+            if start:
+                parts.append(", ")
+            parts.append(json.dumps(obj[start : start + SLICE_ITEMS])[1:-1])
+            if time.perf_counter() - clock[0] >= SLICE_SECONDS:
+                await asyncio.sleep(0)
+                clock[0] = time.perf_counter()
+        parts.append("]")
+    else:
+        parts.append(json.dumps(obj))
 
 
 class ApiError(KubeError):
@@ -131,7 +168,7 @@ class KubeClient:
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = json.dumps(body).encode()
+            data = await encode_json(body)
         try:
             async with self._sess().request(
                 method,

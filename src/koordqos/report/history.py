@@ -26,6 +26,7 @@ from koordqos.metrics.types import MetricSnapshot
 
 #: koordlet `--collect-sys-metric-outdated-interval`: older pod/app points do not enter a system tick
 SYSTEM_STALE_SECONDS = 10.0
+PODS_PER_STEP = 200  # `ingest_steps` stops after this many pods (~0.5 ms of appends)
 DEFAULT_MAX_POINTS = 4096
 
 
@@ -218,6 +219,15 @@ class ReportHistory:
 
     def ingest(self, snap: MetricSnapshot, at: float | None = None) -> None:
         """Store one round and derive the round's system usage (koordlet's per-tick rule, §1.5)."""
+        for _ in self.ingest_steps(snap, at):
+            pass
+
+    def ingest_steps(self, snap: MetricSnapshot, at: float | None = None) -> Iterator[None]:
+        """`ingest` in slices: stops after every PODS_PER_STEP pods so a caller can give the loop a turn.
+
+        A report must not begin between two slices (it would see the round in part): the reporter waits for
+        a round in progress to end. Every point of a round has the round's time and a report's windows end
+        when it began, so a round that begins while a report is built is outside that report's windows."""
         t = self.clock() if at is None else at
         self.ticks += 1
         node = snap.node
@@ -233,8 +243,12 @@ class ReportHistory:
         horizon = t - SYSTEM_STALE_SECONDS
         sum_cpu = 0.0
         sum_mem = 0.0
+        done = 0
         for group, samples in ((self.pods, snap.pods), (self.apps, snap.host_apps)):
             for key, sample in samples.items():
+                done += 1
+                if done % PODS_PER_STEP == 0:
+                    yield
                 e = group.get(key)
                 if e is None:
                     e = group[key] = self._entity()

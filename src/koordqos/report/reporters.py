@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,7 @@ from koordqos.state import NodeState
 log = structlog.get_logger("koordqos.report")
 Json = dict[str, Any]
 Sleep = Callable[[float], Awaitable[None]]
+PODS_PER_STEP = 100  # a report's pod metadata is built in slices this long (the loop gets a turn between)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +109,33 @@ class NodeMetricReporter:
         self._node_slo: NodeSLO | None = None
         self._said: SeenOnce[str] = SeenOnce()
         self._state_note = ""
-        bus.subscribe("report-history", self._on_tick, MetricTick)
+        # the report's pod metadata: rebuilt when the pods mapping changes, from a per-pod memo (uid → the
+        # PodInfo it was made of and its PodMeta), so a pod change costs one PodMeta, not one per pod
+        self._metas_for: Mapping[str, PodInfo] | None = None
+        self._metas: list[PodMeta] = []
+        self._meta_of: dict[str, tuple[PodInfo, PodMeta]] = {}
+        self._ingest_idle = asyncio.Event()  # clear while a round is ingested in slices
+        self._ingest_idle.set()
+        bus.subscribe("report-history", self._on_tick_paced, MetricTick)
 
     def _on_tick(self, event: Event, state: NodeState) -> None:
+        """Ingest a tick's round in one go."""
+        for _ in self._tick_steps(event, state):
+            pass
+
+    async def _on_tick_paced(self, event: Event, state: NodeState) -> None:
+        """Ingest a tick's round, giving the loop a turn between slices of pods (the bus handler)."""
+        self._ingest_idle.clear()
+        try:
+            for _ in self._tick_steps(event, state):
+                await asyncio.sleep(0)
+        finally:
+            self._ingest_idle.set()
+
+    def _tick_steps(self, event: Event, state: NodeState) -> Iterator[None]:
         if not isinstance(event, MetricTick) or not isinstance(event.sample, MetricSnapshot):
             return
-        self.history.ingest(event.sample)
+        yield from self.history.ingest_steps(event.sample)
         # pods/NodeSLO changed: drop gone series. By identity, not the state generation: every runtime
         # event bumps the generation (36 /s under container churn) and the pods map is only replaced on
         # pod events, so this is O(pods) per pod change instead of per tick
@@ -146,11 +168,28 @@ class NodeMetricReporter:
         self.policy = policy
         self.history.configure(policy.node_retention, policy.pod_retention)
 
+    def _meta_steps(self, pods: Mapping[str, PodInfo]) -> Iterator[None]:
+        """Bring the pod metadata up to `pods`, stopping after every PODS_PER_STEP pods."""
+        if pods is self._metas_for:
+            return
+        memo = self._meta_of
+        meta_of: dict[str, tuple[PodInfo, PodMeta]] = {}
+        metas: list[PodMeta] = []
+        for i, pod in enumerate(pods.values(), 1):
+            known = memo.get(pod.uid)
+            meta = known[1] if known is not None and known[0] is pod else PodMeta.of(pod)
+            meta_of[pod.uid] = (pod, meta)
+            metas.append(meta)
+            if i % PODS_PER_STEP == 0:
+                yield
+        self._metas_for, self._metas, self._meta_of = pods, metas, meta_of
+
     def _inputs(self, state: NodeState | None) -> tuple[list[PodMeta], list[AppMeta]]:
         state = self.bus.state if state is None else state
-        pods = [PodMeta.of(p) for p in state.pods.values()]
+        for _ in self._meta_steps(state.pods):
+            pass
         hosts = state.node_slo.host_applications if state.node_slo is not None else ()
-        return pods, [AppMeta(a.name, a.priority, a.qos) for a in hosts]
+        return self._metas, [AppMeta(a.name, a.priority, a.qos) for a in hosts]
 
     def build(self, state: NodeState | None = None) -> Json | StatusSkipped:
         """The status this round would write (also `koordqos report --once`), in one synchronous step."""
@@ -159,7 +198,11 @@ class NodeMetricReporter:
 
     async def build_async(self, state: NodeState | None = None) -> Json | StatusSkipped:
         """Like `build`, giving the event loop a turn between slices of pods (no long loop step)."""
+        state = self.bus.state if state is None else state
+        for _ in self._meta_steps(state.pods):
+            await asyncio.sleep(0)
         pods, apps = self._inputs(state)
+        await self._ingest_idle.wait()  # not in the middle of a round: its windows end now
         steps = plan_status(self.history, self.policy, pods, apps, self.wall())
         while True:
             try:

@@ -13,10 +13,8 @@ carry the node state as their reason; writes go through the cgroup executor (cac
 
 from __future__ import annotations
 
-import asyncio
 import random
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -38,19 +36,21 @@ from koordqos.strategies.cpuburst_plan import (
     GreyControlInjector,
     NodeBurstState,
     Operation,
+    PoolEntry,
     SharePool,
     base_quota,
     burstable,
     ceil_quota,
     cfs_quota_burst_enabled,
     decide_quota,
-    node_state_for_burst,
+    node_state_of,
     node_window,
     plan_static_burst,
     pod_burst_config,
+    pool_entries,
     quota_writes,
 )
-from koordqos.strategies.framework import StrategyEnv
+from koordqos.strategies.framework import Pace, StrategyEnv
 
 log = structlog.get_logger("koordqos.strategies.cpuburst")
 
@@ -58,6 +58,9 @@ NAME = "CPUBurst"
 GATE = "CPUBurst"
 # a round yields to the loop after this much time in one synchronous slice (hundreds of pods with burst)
 YIELD_AFTER_SECONDS = 0.002
+# the synchronous parts over every pod (the candidates when the pods changed, the share pool's usage every
+# round) are generators that stop this often, so that the round can give the loop a turn between them
+PODS_PER_STEP = 64
 # Pods whose policy has no dynamic part (`none`, `cpuBurstOnly`) are settled after one clean round: their
 # static burst and base quota follow from the pod and the config alone, so they are visited again only when
 # either changes, or in the full pass this often (a quota changed behind our back is reset within it; the
@@ -87,6 +90,9 @@ CPU_BURST_SKIPPED = Counter(
     ["reason"],
     registry=obs.REGISTRY,
 )
+
+
+BurstState = tuple[NodeBurstState, SharePool | None]  # the node state and the share pool it came from
 
 
 # -- the strategy -------------------------------------------------------------------------------------------
@@ -136,7 +142,7 @@ class CPUBurstStrategy:
         # the round's pods: (pods mapping, node config) → [(pod, effective config)] of burstable active pods
         self._candidates_for: tuple[Mapping[str, PodInfo], CPUBurstConfig] | None = None
         self._candidates: list[tuple[PodInfo, CPUBurstConfig]] = []
-        self._pool_pods: list[PodInfo] = []  # the candidates' companions for the share pool (LSE, LSR, BE)
+        self._pool: list[PoolEntry] = []  # the candidates' companions for the share pool (LSE, LSR, BE)
         # uid → (pod, node config, effective config): the merge is pydantic work, done once per pod object
         self._configs: dict[str, tuple[PodInfo, CPUBurstConfig, CPUBurstConfig | None]] = {}
         # uid → (pod, effective config, capped) of pods without a dynamic policy whose last visit was clean
@@ -157,8 +163,13 @@ class CPUBurstStrategy:
 
     # -- inputs ---------------------------------------------------------------------------------------------
 
-    def node_state(self, state: NodeState, env: StrategyEnv) -> tuple[NodeBurstState, SharePool | None]:
+    def node_state(self, state: NodeState, env: StrategyEnv) -> BurstState:
         """The share-pool state from window averages of node and pod CPU usage."""
+        return _drain(self.node_state_steps(state, env))
+
+    def node_state_steps(self, state: NodeState, env: StrategyEnv) -> Iterator[BurstState | None]:
+        """`node_state` in slices: yields None after every PODS_PER_STEP pool pods (the window average of
+        each one's usage is looked up every round), then the result."""
         slo = state.node_slo
         cfg = slo.cpu_burst_strategy if slo is not None else None
         threshold = DEFAULT_SHARE_POOL_THRESHOLD_PERCENT
@@ -168,16 +179,21 @@ class CPUBurstStrategy:
         window = node_window(env.config.qos.reconcile_interval_seconds)
         node_usage = store.avg(MetricKind.NODE_CPU_USAGE, "", window)
         cpu_count = env.cpu_count()
-        # only LSE, LSR and BE pods count in the share pool: their usage is all that is looked up
+        # only LSE, LSR and BE pods count in the share pool: their usage is all that is looked up; what the
+        # pool needs of each pod besides its usage is kept per pods mapping
         known = self._candidates_for
         fresh = known is not None and known[0] is state.pods
-        pool_pods = self._pool_pods if fresh else _pool_pods(state.pods)
+        entries = self._pool if fresh else pool_entries(state.pods.values())
         pod_usage: dict[str, float] = {}
-        for pod in pool_pods:
-            v = store.avg(MetricKind.POD_CPU_USAGE, pod.uid, window)
+        avg = store.avg
+        kind = MetricKind.POD_CPU_USAGE
+        for i, (uid, _) in enumerate(entries, 1):
+            v = avg(kind, uid, window)
             if v is not None:
-                pod_usage[pod.uid] = v
-        return node_state_for_burst(threshold, cpu_count, node_usage, pool_pods, pod_usage)
+                pod_usage[uid] = v
+            if i % PODS_PER_STEP == 0:
+                yield None
+        yield node_state_of(threshold, cpu_count, node_usage, entries, pod_usage)
 
     def _pod_config(self, pod: PodInfo, node_cfg: CPUBurstConfig) -> CPUBurstConfig | None:
         if not self.injectors:  # an injector may answer differently over time: never memoised
@@ -191,6 +207,12 @@ class CPUBurstStrategy:
     def candidates(self, state: NodeState, node_cfg: CPUBurstConfig) -> list[tuple[PodInfo, CPUBurstConfig]]:
         """Burstable active pods with their effective config; rebuilt only when the pods or the config
         changed (NodeState replaces its pods mapping on every change)."""
+        for _ in self.candidate_steps(state, node_cfg):
+            pass
+        return self._candidates
+
+    def candidate_steps(self, state: NodeState, node_cfg: CPUBurstConfig) -> Iterator[None]:
+        """`candidates` in slices: when they are rebuilt, stops after every PODS_PER_STEP pods."""
         known = self._candidates_for
         if (
             known is not None
@@ -198,25 +220,30 @@ class CPUBurstStrategy:
             and known[0] is state.pods
             and (known[1] is node_cfg or known[1] == node_cfg)
         ):
-            return self._candidates
+            return
         if known is not None and known[1] is not node_cfg and known[1] == node_cfg:
             node_cfg = known[1]  # an equal config (a re-sent NodeSLO) keeps the memoised merges valid
         out: list[tuple[PodInfo, CPUBurstConfig]] = []
-        for pod in state.pods.values():
-            if not burstable(pod) or not pod.active:
+        pool: list[PodInfo] = []  # the candidates' companions for the share pool (LSE, LSR, BE)
+        pods = state.pods
+        for i, pod in enumerate(pods.values(), 1):
+            if i % PODS_PER_STEP == 0:
+                yield
+            if not burstable(pod):
+                pool.append(pod)
+                continue
+            if not pod.active:
                 continue
             cfg = self._pod_config(pod, node_cfg)
             if cfg is not None:
                 out.append((pod, cfg))
-        pods = state.pods
         if len(self._configs) > len(pods):
             self._configs = {u: v for u, v in self._configs.items() if u in pods}
         if len(self._settled) > len(pods):
             self._settled = {u: v for u, v in self._settled.items() if u in pods}
         self._candidates_for = (pods, node_cfg)
         self._candidates = out
-        self._pool_pods = _pool_pods(pods)
-        return out
+        self._pool = pool_entries(pool)
 
     def _burst_file_supported(self, env: StrategyEnv) -> bool:
         supported = env.layout.supports(BURST_FILE)
@@ -242,8 +269,17 @@ class CPUBurstStrategy:
         node_cfg = slo.cpu_burst_strategy if slo is not None else None
         if node_cfg is None:
             return
-        candidates = self.candidates(state, node_cfg)
-        node_state, pool = self.node_state(state, env)
+        pace = Pace(YIELD_AFTER_SECONDS)
+        for _ in self.candidate_steps(state, node_cfg):
+            await pace()
+        candidates = self._candidates
+        node_state: NodeBurstState = NodeBurstState.UNKNOWN
+        pool: SharePool | None = None
+        for step in self.node_state_steps(state, env):
+            if step is None:
+                await pace()
+            else:
+                node_state, pool = step
         report.node_state, report.pool = node_state, pool
         self._record_node_state(env, node_state, pool, node_cfg.share_pool_threshold_percent)
         static_ok = self._burst_file_supported(env)
@@ -253,7 +289,6 @@ class CPUBurstStrategy:
             self._next_full_pass = now + FULL_PASS_SECONDS
             self._settled.clear()
         self.visited = 0
-        since = time.perf_counter()
         if self._todo_from is not candidates or full:
             # the pods to look at: dynamic ones always, the others until their visit was clean
             self._todo = candidates
@@ -271,9 +306,7 @@ class CPUBurstStrategy:
                     and (settled[1] is cfg or settled[1] == cfg)
                 ):
                     continue  # nothing of this pod can have changed since its last clean visit
-            if time.perf_counter() - since >= YIELD_AFTER_SECONDS:
-                await asyncio.sleep(0)
-                since = time.perf_counter()
+            await pace()
             self.visited += 1
             pod_dir = env.pod_dir(pod)
             if pod_dir is None:
@@ -416,9 +449,12 @@ class CPUBurstStrategy:
         return clean
 
 
-def _pool_pods(pods: Mapping[str, PodInfo]) -> list[PodInfo]:
-    """The pods the share pool looks at (raw QoS LSE, LSR, BE); the others change neither total nor usage."""
-    return [p for p in pods.values() if not burstable(p)]
+def _drain(steps: Iterator[BurstState | None]) -> BurstState:
+    """Run a `node_state_steps` to its end in one go."""
+    for step in steps:
+        if step is not None:
+            return step
+    raise AssertionError("node_state_steps ended without a result")
 
 
 def _clean(results: Sequence[WriteResult]) -> bool:

@@ -124,19 +124,40 @@ class SharePool:
         return self.usage / self.total if self.total > 0 else 1.0
 
 
+PoolEntry = tuple[str, float | None]  # (pod uid, CPU request in cores for LSE/LSR, None for BE)
+
+
+def pool_entries(pods: Iterable[PodInfo]) -> list[PoolEntry]:
+    """What the share pool needs of each LSE, LSR and BE pod, in order (pods of other classes left out):
+    it depends on the pods alone, so a caller keeps it while the pods do not change."""
+    out: list[PoolEntry] = []
+    for pod in pods:
+        qos = pod.qos_raw
+        if qos in (QoSClass.LSE, QoSClass.LSR):
+            out.append((pod.uid, pod.request("cpu") / 1000))
+        elif qos is QoSClass.BE:
+            out.append((pod.uid, None))
+    return out
+
+
+def share_pool_of(
+    cpu_count: int, node_usage: float, entries: Iterable[PoolEntry], pod_usage: Mapping[str, float]
+) -> SharePool:
+    """`share_pool` from `pool_entries` (the same arithmetic, in the same order)."""
+    total = float(cpu_count)
+    usage = node_usage
+    for uid, request in entries:
+        if request is not None:
+            total -= request
+        usage -= pod_usage.get(uid, 0.0)
+    return SharePool(total, usage)
+
+
 def share_pool(
     cpu_count: int, node_usage: float, pods: Iterable[PodInfo], pod_usage: Mapping[str, float]
 ) -> SharePool:
     """Share pool total = CPUs − LSE/LSR requests; usage = node usage − LSE/LSR/BE pod usage (cores)."""
-    total = float(cpu_count)
-    usage = node_usage
-    for pod in pods:
-        qos = pod.qos_raw
-        if qos in (QoSClass.LSE, QoSClass.LSR):
-            total -= pod.request("cpu") / 1000
-        if qos in (QoSClass.LSE, QoSClass.LSR, QoSClass.BE):
-            usage -= pod_usage.get(pod.uid, 0.0)
-    return SharePool(total, usage)
+    return share_pool_of(cpu_count, node_usage, pool_entries(pods), pod_usage)
 
 
 def classify_share_pool(ratio: float, threshold_percent: int) -> NodeBurstState:
@@ -157,9 +178,20 @@ def node_state_for_burst(
     pod_usage: Mapping[str, float],
 ) -> tuple[NodeBurstState, SharePool | None]:
     """The node state from the shared pool (unknown without node usage or CPU info)."""
+    return node_state_of(threshold_percent, cpu_count, node_usage, pool_entries(pods), pod_usage)
+
+
+def node_state_of(
+    threshold_percent: int,
+    cpu_count: int | None,
+    node_usage: float | None,
+    entries: Iterable[PoolEntry],
+    pod_usage: Mapping[str, float],
+) -> tuple[NodeBurstState, SharePool | None]:
+    """`node_state_for_burst` from `pool_entries`."""
     if node_usage is None or not cpu_count:
         return NodeBurstState.UNKNOWN, None
-    pool = share_pool(cpu_count, node_usage, pods, pod_usage)
+    pool = share_pool_of(cpu_count, node_usage, entries, pod_usage)
     return classify_share_pool(pool.ratio, threshold_percent), pool
 
 
