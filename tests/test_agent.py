@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -84,6 +88,89 @@ async def test_shutdown_steps_run_after_components_stop_even_if_one_fails() -> N
     await asyncio.wait_for(run, 5)
     assert stopped.is_set()
     assert order == ["component stopped", "failing step", "close client"]
+
+
+async def test_a_component_that_loses_its_cancellation_still_stops_within_the_timeout() -> None:
+    """asyncio.wait_for on Python 3.11 drops a cancellation that lands as its awaitable completes: the
+    component goes on running. The agent cancels again: run() returns, within the shutdown timeout."""
+    cfg = build_config(
+        {"server": {"http_addr": "127.0.0.1:0"}, "kube": {"node_name": "n"}, "shutdown_timeout_seconds": 3}
+    )
+    agent = Agent(cfg, packages=(), local_mode=True)
+    agent.build()
+    started = asyncio.Event()
+    lost = 0
+
+    async def loses_one_cancellation() -> None:
+        nonlocal lost
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            lost += 1  # as wait_for does when the wake-up and the cancellation coincide
+        await asyncio.Event().wait()
+
+    agent.components.append(FunctionComponent("loses-one", loses_one_cancellation))
+    run = asyncio.create_task(agent.run())
+    await asyncio.wait_for(started.wait(), 5)
+    agent.stop()
+    done, _ = await asyncio.wait({run}, timeout=10)
+    if not done:
+        run.cancel()
+    assert done, "the agent waited for a component that lost its cancellation"
+    assert lost == 1
+    run.result()
+
+
+STUCK_THREAD_AGENT = """
+import asyncio, threading
+from koordqos.agent import Agent, FunctionComponent, run
+from koordqos.config import build_config
+
+cfg = build_config(
+    {"server": {"http_addr": "127.0.0.1:0"}, "kube": {"node_name": "n"}, "shutdown_timeout_seconds": 1}
+)
+agent = Agent(cfg, packages=(), local_mode=True)
+agent.build()
+never = threading.Event()
+
+async def stuck_in_a_thread():
+    print("started", flush=True)
+    await asyncio.to_thread(never.wait)  # a worker thread stuck: cancelling frees the task only
+
+agent.components.append(FunctionComponent("stuck", stuck_in_a_thread))
+run(agent)
+"""
+
+
+def test_the_agent_process_exits_after_its_shutdown_timeout_whatever_still_runs() -> None:
+    """A worker thread that never returns: asyncio.Runner waits for the default executor at close, the
+    interpreter for its threads. The process still ends, EXIT_GRACE_SECONDS after the shutdown timeout,
+    with exit code 1 and one line saying why."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STUCK_THREAD_AGENT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        while (line := proc.stdout.readline()) and line.strip() != "started":
+            lines.append(line)
+        assert line.strip() == "started", "".join(lines)
+        stopped_at = time.monotonic()
+        proc.terminate()  # SIGTERM
+        out, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - stopped_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, out
+    assert "did not exit within its shutdown timeout" in out
+    assert re.search(r"threads=\[.*'(asyncio|uvloop)_0'", out), out  # the stuck worker thread is named
+    assert took >= 1 + 2 - 0.5  # it waited out the shutdown timeout and the grace first
 
 
 def _set_and_wait(event: asyncio.Event):  # type: ignore[no-untyped-def]

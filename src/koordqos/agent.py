@@ -15,6 +15,8 @@ import gc
 import os
 import random
 import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -266,6 +268,54 @@ class Supervisor:
                 await asyncio.sleep(delay)
 
 
+# The stop, bounded (see `Agent._run_components` and `ExitDeadline`): a component still running is cancelled
+# again this often until the shutdown timeout (a cancellation can be lost: `asyncio.wait_for` on Python
+# 3.11 drops it when its awaitable completes in the same loop step), and the agent process ends this long
+# after the shutdown timeout whatever still runs.
+RECANCEL_SECONDS = 1.0
+EXIT_GRACE_SECONDS = 2.0
+
+
+class ExitDeadline:
+    """Ends the agent process `seconds` after the stop began if it has not exited by then.
+
+    What the loop cannot bound: a task that ignores every cancellation (the TaskGroup waits for it), a
+    worker thread stuck in a system call (`asyncio.Runner` waits for the default executor at close, and the
+    interpreter for its threads at exit). A daemon thread's timer logs one error line naming what still
+    ran, and exits with code 1. Armed by `run` only: an agent run inside a test process has none.
+    """
+
+    EXIT_CODE = 1
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.still_running: list[str] = []  # the components the stop waits for (updated by the loop)
+        self._timer: threading.Timer | None = None
+
+    def arm(self) -> None:
+        """Start the countdown (once)."""
+        if self._timer is None:
+            self._timer = threading.Timer(self.seconds, self._expire)
+            self._timer.name = "koordqos-exit-deadline"
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _expire(self) -> None:
+        threads = [
+            t.name for t in threading.enumerate() if t is not threading.current_thread() and t.is_alive()
+        ]
+        log.error(
+            "the agent did not exit within its shutdown timeout; exiting",
+            after_s=round(self.seconds, 2),
+            components=self.still_running,
+            threads=threads,
+        )
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(self.EXIT_CODE)
+
+
 class LoopLagMonitor:
     """Measures how late the loop wakes a 100 ms timer; exported as a histogram."""
 
@@ -439,6 +489,7 @@ def run(agent: Agent) -> None:
         agent.build()
     agent.components.append(GcPolicy(agent))
     factory = loop_factory(agent.config.event_loop)
+    agent.exit_deadline = ExitDeadline(agent.config.shutdown_timeout_seconds + EXIT_GRACE_SECONDS)
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(agent.run())
 
@@ -468,6 +519,7 @@ class Agent:
         self.parts = Parts()
         self.components: list[Component] = []
         self._shutdown: list[ShutdownStep] = []
+        self.exit_deadline: ExitDeadline | None = None  # the process's (set by `run`)
 
     @property
     def services(self) -> Services:
@@ -632,6 +684,22 @@ class Agent:
         """Ask the agent to stop (safe from signal handlers)."""
         self._stop.set()
 
+    async def _cancel_until(self, tasks: set[asyncio.Task[None]], deadline: float) -> set[asyncio.Task[None]]:
+        """Cancel `tasks`, again every RECANCEL_SECONDS while any still runs, until `deadline` (loop time);
+        returns those still running then. One cancellation can be lost (see RECANCEL_SECONDS)."""
+        loop = asyncio.get_running_loop()
+        pending = tasks
+        while pending and loop.time() < deadline:
+            for t in pending:
+                t.cancel()
+            if self.exit_deadline is not None:
+                self.exit_deadline.still_running = sorted(t.get_name() for t in pending)
+            wait = min(RECANCEL_SECONDS, deadline - loop.time())
+            _done, pending = await asyncio.wait(pending, timeout=max(0.0, wait))
+        if self.exit_deadline is not None:
+            self.exit_deadline.still_running = sorted(t.get_name() for t in pending)
+        return pending
+
     async def _run_shutdown(self, timeout: float) -> None:
         """Run the shutdown callbacks (in reverse registration order); failures are logged, never raised."""
         try:
@@ -685,10 +753,10 @@ class Agent:
             stopper = tg.create_task(self._stop.wait(), name="stop")
             await stopper
             log.info("stopping", timeout_s=self.config.shutdown_timeout_seconds)
-            for t in tasks:
-                t.cancel()
+            if self.exit_deadline is not None:
+                self.exit_deadline.arm()
             deadline = loop.time() + self.config.shutdown_timeout_seconds
-            _done, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_timeout_seconds)
+            pending = await self._cancel_until(set(tasks), deadline)
             if pending:
-                log.error("components did not stop in time", components=[t.get_name() for t in pending])
+                log.error("components did not stop in time", components=sorted(t.get_name() for t in pending))
             await self._run_shutdown(max(0.1, deadline - loop.time()))

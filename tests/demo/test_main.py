@@ -3,17 +3,19 @@ machine allows (root and a writable cgroup hierarchy); the report's fields and t
 
 from __future__ import annotations
 
+import fcntl
 import json
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from koordqos.demo import main as demo_main
-from koordqos.demo.cgtree import REAL_ROOT, sweep_stale, unavailable_reason
+from koordqos.demo.cgtree import NAME_PREFIX, REAL_ROOT, owner_alive, sweep_stale, unavailable_reason
 from koordqos.demo.options import DemoOptions
 from koordqos.testing.poll import wait_until_sync
 from koordqos.testing.scratchcg import REAL_SUBSYSTEMS
@@ -21,6 +23,7 @@ from koordqos.testing.scratchcg import REAL_SUBSYSTEMS
 pytestmark = pytest.mark.e2e
 PHASE_NAMES = ["ls-alone", "be-no-agent", "be-agent"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+REAL_DEMO_LOCK = Path("/tmp/koordqos-real-demo-tests.lock")
 
 
 def demo(out: Path, *flags: str, timeout: float = 240) -> tuple[int, str, str]:
@@ -47,6 +50,17 @@ def scratch_dirs() -> set[str]:
         if base.is_dir():
             found |= {p.name for p in base.iterdir() if p.name.startswith("koordqos-demo-")}
     return found
+
+
+def left_behind(before: set[str]) -> set[str]:
+    """Scratch trees made since `before` whose demo has exited (the test's demos have, when it asks). A
+    tree whose demo still runs is another process's (bench/colocation.py, a second pytest): not counted."""
+    return {name for name in scratch_dirs() - before if not owner_alive(name)}
+
+
+def owned_by(pid: int) -> set[str]:
+    """The scratch trees of the demo process `pid` (their names record the owner)."""
+    return {name for name in scratch_dirs() if name.startswith(f"{NAME_PREFIX}{pid}-")}
 
 
 def check_common(report: dict[str, Any], out: Path) -> dict[str, dict[str, Any]]:
@@ -95,11 +109,19 @@ def test_synthetic_demo_reports_the_agents_decisions(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def real_kernel() -> None:
+def real_kernel() -> Iterator[None]:
+    """Root and a writable hierarchy, and this machine's real-kernel demo tests one at a time.
+
+    Their scratch trees are machine-wide: the start of a second pytest's demo would sweep the tree a killed
+    demo left for this test's next demo to remove, and its trees would look like this test's.
+    """
     reason = unavailable_reason()
     if reason:
         print(f"skipping the real-kernel demo: {reason}")
         pytest.skip(reason)
+    with REAL_DEMO_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        yield
 
 
 @pytest.mark.cgroupv1
@@ -132,7 +154,7 @@ def test_real_kernel_demo_measures_latency_and_removes_its_cgroups(tmp_path: Pat
     assert name.startswith("koordqos-demo-")
     assert report["scratch"]["removed"] is True
     assert name not in scratch_dirs()
-    assert scratch_dirs() <= before
+    assert not left_behind(before)
     assert f"{name}: removed" in stdout
 
 
@@ -153,7 +175,7 @@ def test_interrupted_real_demo_still_removes_its_cgroups(tmp_path: Path, sig: si
     assert rc == 130, err
     assert "interrupted" in err
     assert name not in scratch_dirs()
-    assert scratch_dirs() <= before
+    assert not left_behind(before)
     report = load_report(tmp_path)
     assert report["error"].startswith("interrupted")
     assert report["scratch"]["removed"] is True
@@ -169,8 +191,10 @@ def _start_real_demo(out: Path, before: set[str]) -> tuple[subprocess.Popen[str]
         text=True,
     )
     try:
-        wait_until_sync(lambda: bool(scratch_dirs() - before), 60, 0.05, "the demo's scratch tree")
-        (name,) = scratch_dirs() - before
+        # its own tree, by the owner in the name: another demo (a second pytest) may make one meanwhile
+        wait_until_sync(lambda: bool(owned_by(proc.pid)), 60, 0.05, "the demo's scratch tree")
+        (name,) = owned_by(proc.pid)
+        assert name not in before
         probes = REAL_ROOT / "cpu" / name / "kubepods" / "burstable"
 
         def probes_running() -> bool:
@@ -202,7 +226,7 @@ def test_a_killed_demos_cgroups_are_removed_at_the_next_demo_start(tmp_path: Pat
     assert rc == 1, stderr
     assert f"removed stale scratch cgroups {name} (its demo process is gone)" in stdout
     assert name not in scratch_dirs()
-    assert scratch_dirs() <= before
+    assert not left_behind(before)
 
 
 def test_without_root_it_says_so_in_one_line_and_offers_synthetic(
@@ -229,4 +253,4 @@ def test_a_failing_agent_ends_the_demo_with_an_error_and_no_cgroups_left(tmp_pat
     assert "the agent exited with 2" in report["error"]
     assert report["scratch"]["removed"] is True
     assert [p["name"] for p in report["phases"]] == ["ls-alone", "be-no-agent"]  # up to the failure
-    assert scratch_dirs() <= before
+    assert not left_behind(before)

@@ -32,6 +32,7 @@ from koordqos.report.reporters import (
 )
 from koordqos.state import NodeState
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_pod
+from koordqos.testing.poll import wait_until
 
 from .conftest import FakeClock, feed
 from .test_report_batch_example import LOAD
@@ -120,6 +121,29 @@ async def test_round_writes_the_status_and_keeps_the_spec(fake: FakeAPIServer, c
     debug = r.debug_state()
     assert debug["last"]["outcome"] == "written"
     assert debug["last"]["writtenAt"] == "2026-12-01T18:30:00Z"
+
+
+async def test_written_at_is_the_written_status_update_time(fake: FakeAPIServer, client: KubeClient) -> None:
+    """The wall clock moves between the round's start and the build (a loaded node: seconds): /debug/state's
+    writtenAt is still the updateTime of the status written."""
+    fake.upsert("nodemetrics", make_nodemetric(NODE))
+    clock = FakeClock()
+    walls = iter(WALL + 2.0 * i for i in range(100))
+    r = NodeMetricReporter(
+        EventBus(state=worked_state()),
+        ReportHistory(1.0, clock=clock),
+        NodeMetricWriter(client, NODE, sleep=no_sleep),
+        wall=lambda: next(walls),
+        sleep=no_sleep,
+    )
+    assert await r.refresh_policy()
+    feed(r.history, clock, 130, LOAD)
+    record = await r.round()
+    assert record.outcome == "written"
+    stored = fake.get("nodemetrics", NODE)
+    assert stored is not None
+    assert record.built_at != stored["status"]["updateTime"]  # the clock did move within the round
+    assert r.debug_state()["last"]["writtenAt"] == stored["status"]["updateTime"]
 
 
 async def test_missing_nodemetric_is_never_created(fake: FakeAPIServer, client: KubeClient) -> None:
@@ -267,6 +291,22 @@ async def test_deleted_nrt_recreated_at_resync(
     assert record is not None
     assert record.detail == "created"
     assert fake.get("noderesourcetopologies", NODE) is not None
+
+
+async def test_nrt_reporter_stops_when_cancelled_as_a_pod_event_wakes_it(tmp_path: Path) -> None:
+    """A pod event and the agent's stop in the same loop step: the cancellation is not lost (it was with
+    `asyncio.wait_for` on Python 3.11, and the agent never exited)."""
+    r = nrt_reporter(tmp_path, None, [])
+    task = asyncio.create_task(r.run())
+    # the first round ran; from its end to the wait for a wake-up nothing yields: the task is parked there
+    await wait_until(lambda: r.last is not None, timeout=10, interval=0.01)
+    r._wake.set()  # what _on_change does for a pod event
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    if not done:
+        task.cancel()  # do not leave it running after the test
+    assert done, "the NRT reporter ignored its cancellation"
+    assert task.cancelled()
 
 
 async def test_nrt_local_only_without_writer(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from koordqos.demo.workload import calibrate
 from koordqos.testing.mock_nri.runtime import MockRuntime
 
 STARTING = "agent-starting"
-TICK_SECONDS = 0.05  # synthetic counters advance this often (files are rewritten in place: not faster)
+TICK_SECONDS = 0.05  # synthetic counters advance this often (the agent reads them every --interval)
 
 
 @dataclass(frozen=True)

@@ -250,7 +250,9 @@ class NodeMetricReporter:
             return self.last
         out = await self.writer.write(status)
         if out.outcome == "written":
-            self.last_written_at = now
+            # the written status's own time: `now` was read before the NodeMetric GET and the build, seconds
+            # earlier on a loaded node
+            self.last_written_at = str(status.get("updateTime") or now)
             self._note("", "NodeMetric status written", resource_version=out.resource_version)
         elif out.outcome == "failed":
             self._note("failed", "NodeMetric status write failed", error=out.detail, attempts=out.attempts)
@@ -486,11 +488,15 @@ class TopologyReporter:
                 obs.ERRORS.labels(self.name, type(exc).__name__).inc()
                 log.exception("NodeResourceTopology round failed")
             self._wake.clear()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result when the wake-up and
+            # a cancellation land in the same loop step, losing the cancellation (the agent then waited for
+            # this component forever at SIGTERM while pod events were arriving)
             try:
-                await asyncio.wait_for(self._wake.wait(), self.interval)
-                await asyncio.sleep(0.05)  # let a burst of pod events settle into one round
+                async with asyncio.timeout(self.interval):
+                    await self._wake.wait()
             except TimeoutError:
-                pass
+                continue
+            await asyncio.sleep(0.05)  # let a burst of pod events settle into one round
 
     def debug_state(self) -> Json:
         """The last NRT round (for /debug/state)."""

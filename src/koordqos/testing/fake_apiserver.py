@@ -500,7 +500,10 @@ class FakeAPIServer:
                 if wait is not None and wait <= 0:
                     break
                 try:
-                    item = await asyncio.wait_for(watcher.queue.get(), wait)
+                    # asyncio.timeout, not wait_for: wait_for (3.11) can swallow a cancellation that races an
+                    # item arriving, and the watch handler would then outlive the server's shutdown
+                    async with asyncio.timeout(wait):
+                        item = await watcher.queue.get()
                 except TimeoutError:
                     if end is not None and loop.time() >= end:
                         break

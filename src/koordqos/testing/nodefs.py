@@ -4,10 +4,19 @@ It lays out what the kernel would show under `--cgroup-root`, `--proc-root` and 
 (per-subsystem dirs) or v2 (unified), with systemd or cgroupfs naming, pod and container dirs with the
 files the agent reads and writes, and counters a test can advance (`add_cpu_usage`, `advance_node_cpu`,
 `add_throttling`, `set_memory`).
+
+Files that change while an agent may be reading them (`write`, the counters, /proc/stat and /proc/meminfo)
+are rewritten in place like the kernel's: one write of the whole content at offset 0, then the file cut to
+its length, never truncated first. A reader (the agent holds cgroup files open and re-reads them) sees the
+old or the new content, never an empty file: a counter's text does not get shorter as it grows.
+Truncating first left the file empty between the two syscalls, and a writer pre-empted there (a loaded
+machine) had the agent read nothing: a missing sample, or a node of `os.cpu_count()` CPUs instead of the
+synthetic node's.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -45,6 +54,19 @@ EXTENSION_FILES = {
     "memory.pagecache_limit.sync": ("memory", "0"),
     "blkio.cost.weight": ("blkio", "default 100"),
 }
+
+
+def overwrite(path: Path, text: str) -> None:
+    """Replace a file's content in place without an empty moment (see the module docstring)."""
+    data = text.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        done = 0
+        while done < len(data):
+            done += os.pwrite(fd, data[done:], done)
+        os.ftruncate(fd, len(data))  # only a shorter content leaves a tail to cut
+    finally:
+        os.close(fd)
 
 
 class SyntheticNode:
@@ -210,8 +232,8 @@ class SyntheticNode:
         return self.path(rel, subsystem, name).read_text().strip()
 
     def write(self, rel: str, subsystem: str, name: str, value: str | int) -> None:
-        """Overwrite a cgroup file."""
-        self.path(rel, subsystem, name).write_text(f"{value}\n")
+        """Overwrite a cgroup file (in place, never seen empty)."""
+        overwrite(self.path(rel, subsystem, name), f"{value}\n")
 
     def _kv(self, path: Path) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -221,7 +243,7 @@ class SyntheticNode:
         return out
 
     def _write_kv(self, path: Path, kv: dict[str, int]) -> None:
-        path.write_text("".join(f"{k} {v}\n" for k, v in kv.items()))
+        overwrite(path, "".join(f"{k} {v}\n" for k, v in kv.items()))
 
     # -- counters ------------------------------------------------------------------------------------------
 
@@ -274,14 +296,15 @@ class SyntheticNode:
         lines += [f"cpu{i} 0 0 0 0 0 0 0 0 0 0" for i in range(self.cpus)]
         lines += ["intr 0", "ctxt 0", "btime 0", "processes 1", "procs_running 1", "procs_blocked 0"]
         self.proc_root.mkdir(parents=True, exist_ok=True)
-        (self.proc_root / "stat").write_text("\n".join(lines) + "\n")
+        overwrite(self.proc_root / "stat", "\n".join(lines) + "\n")
 
     def set_meminfo(self, total: int, available: int, free: int) -> None:
         """Write /proc/meminfo (values in bytes, stored in kB like the kernel)."""
         self.proc_root.mkdir(parents=True, exist_ok=True)
-        (self.proc_root / "meminfo").write_text(
+        overwrite(
+            self.proc_root / "meminfo",
             f"MemTotal:       {total // 1024} kB\nMemFree:        {free // 1024} kB\n"
-            f"MemAvailable:   {available // 1024} kB\nBuffers:        0 kB\nCached:         0 kB\n"
+            f"MemAvailable:   {available // 1024} kB\nBuffers:        0 kB\nCached:         0 kB\n",
         )
 
     # -- more of the host: threads, resctrl, sysctls, block devices ----------------------------------------
