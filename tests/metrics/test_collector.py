@@ -227,6 +227,28 @@ async def test_deleted_pod_series_dropped(tmp_path: Path) -> None:
     assert BE_POD.uid not in store.keys(MetricKind.POD_MEMORY_USAGE)
 
 
+async def test_a_pod_that_never_gave_a_sample_leaves_no_plan_when_it_goes(tmp_path: Path) -> None:
+    # a runtime-reported pod with a made-up uid has no cgroup dir: no sample, so the store never drops it;
+    # its plan (open files, PodInfo, reader dir memo) must still go with the pod (the fuzz run's RSS growth)
+    node = SyntheticNode(tmp_path)
+    coll, bus, _store, clock = await setup_collector(node, LS_POD)
+    ghosts = [PodInfo(uid=f"ghost-{i}", kube_qos=KubeQoS.BESTEFFORT) for i in range(20)]
+    for ghost in ghosts:
+        await bus.publish(PodUpserted(ghost))
+    snap = await coll.round()
+    assert set(snap.pods) == {LS_POD.uid}
+    assert len(coll._plans) == 21
+    dirs_with_ghosts = len(coll.reader._dirs)
+    for ghost in ghosts:
+        await bus.publish(PodDeleted(ghost.uid))
+    clock.now += 1
+    snap = await coll.round()
+    assert set(coll._plans) == {LS_POD.uid}
+    assert len(coll.reader._dirs) < dirs_with_ghosts
+    assert not any("ghost-" in rel for _sub, rel in coll.reader._dirs)
+    assert snap.pods[LS_POD.uid].memory_working_set is not None  # the pod that stays is still measured
+
+
 async def test_hostile_pod_uid_not_measured(tmp_path: Path) -> None:
     node = SyntheticNode(tmp_path)
     coll, bus, *_ = await setup_collector(node)

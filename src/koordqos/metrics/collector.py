@@ -262,6 +262,11 @@ class MetricsCollector:
                     plans.append(plan)
             self._round_pods, self._round_plans, self._round_bad = pods, plans, bad
             self._round_of, self._round_slo = state.pods, slo
+            # a pod that never gave a sample never leaves the store: its plan goes when it leaves the plans
+            if len(self._plans) > len(plans):
+                planned = {plan.pod.uid for plan in plans}
+                for uid in [u for u in self._plans if u not in planned]:
+                    self._drop_plan(uid)
         else:
             for pod in self._round_bad:  # refused pods are counted every round, as before
                 self._plan(pod, state, slo)
@@ -574,8 +579,11 @@ class MetricsCollector:
         return MappingProxyType(out)
 
     def _forget_pod(self, uid: str) -> None:
-        self._warned.discard("pod:" + uid)
         self._round_of = None  # the round's plan list may hold the closed files
+        self._drop_plan(uid)
+
+    def _drop_plan(self, uid: str) -> None:
+        self._warned.discard("pod:" + uid)
         plan = self._plans.pop(uid, None)
         if plan is not None:
             plan.files.close()
