@@ -163,7 +163,10 @@ async def _valid_session(t: FuzzTarget) -> dict[str, Any]:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"machine": machine()}
     async with FuzzTarget(
-        request_timeout=10.0, heap_profile=args.heap_profile, footprint=args.footprint
+        request_timeout=10.0,
+        heap_profile=args.heap_profile,
+        footprint=args.footprint,
+        agent_env=dict(kv.split("=", 1) for kv in args.agent_env),
     ) as t:
         v = t.vitals()
         out["start"] = {"rss_kib": v.rss_kib, "fds": v.fds, "anon_kib": v.anon_kib}
@@ -232,7 +235,16 @@ def main() -> None:
         " pymalloc arenas, the largest containers by bytes held) at every 10 %% of the NRI phase and at the"
         " end into DIR; a summary is in the result. Each report pauses the agent for a moment.",
     )
+    p.add_argument(
+        "--agent-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set in the agent's environment (repeatable; e.g. KOORDQOS_GC_POLICY=build)",
+    )
     args = p.parse_args()
+    if any("=" not in kv for kv in args.agent_env):
+        p.error("--agent-env takes KEY=VALUE")
     result = asyncio.run(main_async(args))
     if args.json:
         print(json.dumps(result))

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -197,6 +198,7 @@ class FuzzTarget:
         extra_args: tuple[str, ...] = (),
         heap_profile: Path | None = None,
         footprint: Path | None = None,
+        agent_env: Mapping[str, str] | None = None,
     ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="kqfuzz-", dir="/tmp"))  # short: unix socket paths
         self.scenario = colocation(self.dir / "node")
@@ -205,6 +207,8 @@ class FuzzTarget:
         self.runtime = MockRuntime(self.nri_sock, request_timeout=request_timeout)
         self.runtime.pods, self.runtime.containers = self.scenario.pods, self.scenario.containers
         self.extra_args = extra_args
+        # the agent's environment is this process's without KOORDQOS_*, plus these (e.g. KOORDQOS_GC_POLICY)
+        self.agent_env = dict(agent_env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.dir / "agent.log"
         self.channel: Channel | None = None
@@ -257,6 +261,7 @@ class FuzzTarget:
         node = self.scenario.node
         env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
         env["HOME"] = str(self.dir)  # no ~/.kube/config: local mode
+        env.update(self.agent_env)
         entry = ["-m", "koordqos"]
         traced = self.heap_profile or self.footprint_dir
         if traced is not None:
