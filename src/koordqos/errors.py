@@ -1,5 +1,9 @@
 """The one exception tree of koordqos: each I/O boundary raises its own subclass."""
 
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
 
 class KoordQoSError(Exception):
     """Base of every error koordqos raises on purpose."""
@@ -43,3 +47,12 @@ class ModelError(KoordQoSError):
 
 class UnsafePathError(KoordQoSError):
     """A path refused when it was opened: it would leave its root or pass through a symlink."""
+
+
+def detached(exc: E) -> E:
+    """`exc` without its traceback and context, for keeping it after its except block: kept whole, it holds
+    the frames that raised it, and through their locals usually itself (a reference cycle that only a full
+    collection frees, and none once the agent's GC policy has frozen it)."""
+    exc.__traceback__ = None
+    exc.__context__ = None
+    return exc

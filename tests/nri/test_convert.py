@@ -27,6 +27,7 @@ from koordqos.nri.events import (
     NRIUpdateContainer,
 )
 from koordqos.state import NodeState
+from koordqos.testing.cycles import cyclic_garbage, names
 from koordqos.testing.nodefs import SyntheticNode
 
 
@@ -292,3 +293,20 @@ def test_the_cgroup_parent_memo_stays_within_its_byte_budget_whatever_the_parent
     hostile.linux.cgroup_parent = "/kubepods/" + "y" * 8_000
     assert h.pod_context(hostile, NodeState()).request.cgroup_parent == "kubepods/" + "y" * 8_000
     assert hostile.linux.cgroup_parent not in h._dirs  # too long to be worth a share of the budget
+
+
+def test_a_bad_pod_view_leaves_no_reference_cycle_when_it_goes(tmp_path: Path) -> None:
+    # a view kept its problems as exceptions: their tracebacks held the converting frames and, through
+    # them, the NodeState and the view itself; the agent's GC policy freezes such cycles for good (the fuzz
+    # run's RSS growth: ~2,500 objects kept per 100,000 hostile requests)
+    h = nh(tmp_path)
+    bad = be_pod("[" * 5_000)  # nesting too deep to decode
+    bad.linux.cgroup_parent = "/kubepods/../../etc"
+
+    def convert_and_forget() -> None:
+        view = h.pod_view(bad, NodeState())
+        assert {kind for kind, _what, _error in view.problems} == {"cgroup_parent", "extended_resource_spec"}
+        h._pod_views.clear()
+
+    garbage = cyclic_garbage(convert_and_forget)
+    assert garbage == [], names(garbage)

@@ -4,7 +4,9 @@ comes back."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -339,3 +341,37 @@ def test_mock_refuses_replies_a_real_runtime_refuses() -> None:
         )
     fine = api.CreateContainerResponse(update=[api.ContainerUpdate(container_id="other")])
     MockRuntime._check_reply(link, "CreateContainer", create, fine)
+
+
+async def test_a_closed_connection_and_its_session_are_freed_without_a_collection(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin]
+) -> None:
+    # the session's handler table holds its own bound methods and the session its connection: reference
+    # cycles, freed only by a full collection, and never once the agent's GC policy froze them (every
+    # runtime restart kept the old connection, its buffers and its session)
+    rt = MockRuntime(sock_path)
+    rt.pods, rt.containers = sample_node(2, 2)
+    await rt.start()
+    plugin = start_plugin()
+    await rt.wait_joined(timeout=5)
+    await plugin.wait_connected(2)
+    assert plugin.session is not None
+    assert plugin.session.conn is not None
+    session_ref, conn_ref = weakref.ref(plugin.session), weakref.ref(plugin.session.conn)
+    gc.collect()
+    gc.disable()
+    try:
+        await rt.stop()
+        await wait_until(
+            lambda: plugin.status["nri"] in ("backoff", "connecting"),
+            timeout=5,
+            message="the plugin to notice the runtime went away",
+        )
+        async with MockRuntime(sock_path) as rt2:
+            await rt2.wait_joined(timeout=5)
+            await plugin.wait_connected(2)
+            assert plugin.session is not session_ref()
+            assert conn_ref() is None
+            assert session_ref() is None
+    finally:
+        gc.enable()

@@ -37,7 +37,7 @@ from koordqos.cgroups.reader import (
     working_set_of,
 )
 from koordqos.cgroups.resources import CgroupVersion
-from koordqos.errors import CgroupError, PathEscapeError
+from koordqos.errors import CgroupError, PathEscapeError, detached
 from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.metrics.hostapp import host_app_dir
@@ -519,7 +519,7 @@ class MetricsCollector:
             try:
                 found = host_app_dir(self.layout, path)
             except CgroupError as exc:
-                found = exc
+                found = detached(exc)  # kept: without the frames that raised it
             if len(self._app_dirs) > 1024:  # NodeSLO edits come and go
                 self._app_dirs.clear()
             self._app_dirs[key] = found

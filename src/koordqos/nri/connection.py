@@ -22,7 +22,7 @@ from typing import cast
 
 import structlog
 
-from koordqos.errors import KoordQoSError, ProtocolError, TimeoutException
+from koordqos.errors import KoordQoSError, ProtocolError, TimeoutException, detached
 from koordqos.nri import metrics as m
 from koordqos.nri.api import ttrpc_pb2
 from koordqos.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, MuxDecoder, frames_for
@@ -134,7 +134,7 @@ class NRIConnection(asyncio.Protocol):
         for task in list(self._tasks):
             task.cancel()
         if not self.closed.done():
-            self.closed.set_result(self.error if self.error is not None else exc)
+            self.closed.set_result(self.error if self.error is not None else exc and detached(exc))
 
     def pause_writing(self) -> None:
         """The transport buffer is full: make senders wait."""
@@ -307,7 +307,7 @@ class NRIConnection(asyncio.Protocol):
         """Drop the connection for a protocol violation: logged once, counted."""
         if self.error is not None:
             return
-        self.error = exc
+        self.error = detached(exc)
         m.PROTOCOL_ERRORS.labels(self.role).inc()
         log.warning(
             "NRI protocol error; dropping the connection",

@@ -132,7 +132,9 @@ class PodView:
     runtime: str  # prefix of the pod's container ids ("docker" when the pod says so)
     known: PodInfo | None  # the API server's pod when `extended` was derived (it is preferred)
     extended: ExtendedResourceSpec | None
-    problems: tuple[tuple[str, str, Exception], ...]  # (kind, target, error) counted on every use
+    # (kind, target, error text) counted on every use; texts, not exceptions: an exception kept here would
+    # hold, through its traceback, the frames that raised it and their NodeState (a reference cycle)
+    problems: tuple[tuple[str, str, str], ...]
 
 
 class NRIHooks:
@@ -173,11 +175,11 @@ class NRIHooks:
 
     # -- conversion -------------------------------------------------------------------------------
 
-    def _bad(self, kind: str, what: str, exc: Exception) -> None:
+    def _bad(self, kind: str, what: str, error: str) -> None:
         CONVERT_ERRORS.labels(kind).inc()
-        key = f"{kind}:{what}:{exc}"
+        key = f"{kind}:{what}:{error}"
         if self._warned.first(key):
-            log.warning("NRI data not usable by the hooks", kind=kind, target=what, error=str(exc))
+            log.warning("NRI data not usable by the hooks", kind=kind, target=what, error=error)
 
     def pod_view(self, pod: api.PodSandbox, state: NodeState) -> PodView:
         """The pod's view: from the cache when this exact PodSandbox was converted before (and the API
@@ -188,12 +190,12 @@ class NRIHooks:
         if view is None or state.pods.get(view.uid) is not view.known:
             view = self._convert_pod(pod, state)
             self._pod_views.put(raw, view, POD_VIEW_WEIGHT * len(raw))
-        for kind, what, exc in view.problems:
-            self._bad(kind, what, exc)
+        for kind, what, error in view.problems:
+            self._bad(kind, what, error)
         return view
 
     def _convert_pod(self, pod: api.PodSandbox, state: NodeState) -> PodView:
-        problems: list[tuple[str, str, Exception]] = []
+        problems: list[tuple[str, str, str]] = []
         what = f"{pod.namespace}/{pod.name}"
         annotations = _copy_map(pod.annotations)
         parent = pod.linux.cgroup_parent if pod.HasField("linux") else ""
@@ -202,12 +204,12 @@ class NRIHooks:
             try:
                 pod_dir = self._normalize(parent)
             except CgroupError as exc:
-                problems.append(("cgroup_parent", what, exc))
+                problems.append(("cgroup_parent", what, str(exc)))
         extended: ExtendedResourceSpec | None = None
         try:
             extended = extended_for(pod.uid, annotations, state.pods)
         except ExtendedResourceSpecError as exc:
-            problems.append(("extended_resource_spec", what, exc))
+            problems.append(("extended_resource_spec", what, str(exc)))
         return PodView(
             uid=pod.uid,
             namespace=pod.namespace,
@@ -258,7 +260,7 @@ class NRIHooks:
             elif pdir:
                 cdir = self.layout.container_dir_in(pdir, container_id)
         except CgroupError as exc:
-            self._bad("cgroups_path", f"{view.namespace}/{view.name}/{name}", exc)
+            self._bad("cgroups_path", f"{view.namespace}/{view.name}/{name}", str(exc))
         if resources is None and ctr.HasField("linux") and linux.HasField("resources"):
             resources = linux.resources
         ext = view.extended

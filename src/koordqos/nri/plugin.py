@@ -256,6 +256,7 @@ class NRIPlugin:
             raise
         finally:
             conn.close()
+            session.close()
             session.registered = False
             if session.configured.is_set():
                 self._publish_nowait(NRIConnectionChanged(False, session.runtime))

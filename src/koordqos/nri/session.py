@@ -230,6 +230,13 @@ class PluginSession:
             "ValidateContainerAdjustment": self._validate,
         }
 
+    def close(self) -> None:
+        """The connection is gone: drop it and the handler table. Both refer back to the session, and a
+        reference cycle is freed only by a full collection, never once the agent's GC policy froze it
+        (docs/performance.md)."""
+        self.conn = None
+        self.methods = {}
+
     # -- dispatch ---------------------------------------------------------------------------------
 
     def handle(self, req: ttrpc_pb2.Request, received: float) -> Reply:
