@@ -89,3 +89,80 @@ def test_settle_keeps_automatic_collection() -> None:
     assert got["thresholds_while"] == got["thresholds_before"]
     assert got["paced"] == [0, 0, 0]
     assert got["freezes_after_full"] >= 1
+
+
+THAW_SCRIPT = """
+import asyncio, gc, json, weakref
+from types import SimpleNamespace
+from koordqos.agent import GcPolicy
+from koordqos.testing.poll import wait_until
+
+class Node:
+    pass
+
+async def main():
+    agent = SimpleNamespace(
+        ready=True,
+        parts=SimpleNamespace(reconciler=None, nri=None),
+        bus=SimpleNamespace(state=SimpleNamespace(nri_connected=True)),
+    )
+    GcPolicy.THAW_MIN = {thaw_min}
+    policy = GcPolicy(agent, mode="paced", poll=0.001)
+    task = asyncio.create_task(policy.run())
+    await wait_until(lambda: policy.freezes >= 1, timeout=10, message="frozen once settled")
+    base = gc.get_freeze_count()
+    # cycles that are live at a full collection (so frozen after it), then dropped: frozen garbage
+    cycles = []
+    for _ in range(base):
+        n = Node()
+        n.self = n
+        cycles.append(n)
+    probe = weakref.ref(cycles[0])
+    gc.collect()
+    del cycles, n
+    out = {{"frozen_garbage_kept": probe() is not None, "grown": gc.get_freeze_count() / base}}
+    # drive the paced task to a full collection: generation-0 garbage until generations 1 and 2 come due
+    async def churn():
+        while True:
+            for _ in range(gc.get_threshold()[0] * 2):
+                c = []
+                c.append(c)
+            await asyncio.sleep(0)
+    driver = asyncio.create_task(churn())
+    await wait_until(lambda: policy.collections[2] > 0, timeout=20, message="a paced full collection")
+    driver.cancel()
+    out["thaws"] = policy.thaws
+    out["freed"] = probe() is None
+    out["frozen_after"] = gc.get_freeze_count() / base
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+def run_thaw(thaw_min: int) -> dict[str, object]:
+    code = textwrap.dedent(THAW_SCRIPT).format(thaw_min=thaw_min)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_paced_thaws_a_frozen_set_that_grew_by_half_and_frees_the_frozen_cycles() -> None:
+    got = run_thaw(thaw_min=0)
+    assert got["frozen_garbage_kept"] is True  # what freezing costs: a frozen cycle outlives a collection
+    assert isinstance(got["grown"], float)
+    assert got["grown"] > 1.5
+    assert got["thaws"] == 1
+    assert got["freed"] is True  # the full collection after the thaw walked the frozen cycles
+    assert isinstance(got["frozen_after"], float)
+    assert got["frozen_after"] < 1.5  # and froze only what is live
+
+
+def test_no_thaw_below_its_minimum_size() -> None:
+    got = run_thaw(thaw_min=1 << 30)
+    assert got["thaws"] == 0
+    assert got["freed"] is False
