@@ -58,10 +58,15 @@ asyncio.run(main())
 """
 
 
-def run(mode: str) -> dict[str, object]:
-    code = textwrap.dedent(SCRIPT).format(mode=mode)
+def run_script(script: str, **values: object) -> dict[str, object]:
+    """Run `script` (formatted with `values`) in a fresh interpreter; the JSON it prints."""
+    code = textwrap.dedent(script).format(**values)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def run(mode: str) -> dict[str, object]:
+    return run_script(SCRIPT, mode=mode)
 
 
 def test_paced_freezes_once_settled_and_after_every_full_collection_and_collects_between_steps() -> None:
@@ -146,9 +151,7 @@ asyncio.run(main())
 
 
 def run_thaw(thaw_min: int) -> dict[str, object]:
-    code = textwrap.dedent(THAW_SCRIPT).format(thaw_min=thaw_min)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(out.stdout)  # type: ignore[no-any-return]
+    return run_script(THAW_SCRIPT, thaw_min=thaw_min)
 
 
 def test_paced_thaws_a_frozen_set_that_grew_by_half_and_frees_the_frozen_cycles() -> None:

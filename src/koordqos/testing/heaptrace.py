@@ -296,17 +296,10 @@ def footprint(top: int = 400, min_entries: int = MIN_ENTRIES) -> dict[str, Any]:
     count = len(objects)
     del objects
     report.sort(key=lambda r: -int(r["bytes"]))
-    return {
-        "rss_kib": _rss_kib(),
-        "status_kib": _status_kib(),
-        "malloc": malloc_stats(),
-        "allocated_blocks": sys.getallocatedblocks(),
-        "gc_objects": len(gc.get_objects()),
+    return allocators() | {
         "reachable_objects": count,
         "traced_bytes": tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else None,
-        "pymalloc": pymalloc_stats(),
         "containers": report[:top],
-        "counters": _counters(),
         "types": [[k, n, b] for k, (n, b) in sorted(by_type.items(), key=lambda kv: -kv[1][1])][:top],
         "lru_caches": sorted(lru, key=lambda r: -int(r["entries"]))[:top],
     }
