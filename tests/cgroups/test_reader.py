@@ -89,6 +89,30 @@ def test_open_file_cap_and_forget(tmp_path: Path) -> None:
     assert reader.cpu_usage_ns(be) == 0
 
 
+def test_forget_takes_many_dirs_and_only_those_dirs_and_below(tmp_path: Path) -> None:
+    node = SyntheticNode(tmp_path)
+    reader = CgroupReader(node.layout)
+    _g, _b, be = node.layout.qos_dirs()
+    pods = [f"{be}/pod{i}" for i in (1, 10, 2)]
+    for rel in pods:
+        node.make_cgroup(rel)
+        node.make_cgroup(f"{rel}/c")
+        node.write(rel, "cpuacct", "cpuacct.usage", 5)
+        node.write(f"{rel}/c", "cpuacct", "cpuacct.usage", 7)
+        assert reader.cpu_usage_ns(rel) == 5
+        assert reader.cpu_usage_ns(f"{rel}/c") == 7
+    held = reader.open_files
+    reader.forget(f"{be}/pod1", f"{be}/pod2")  # pods that left together: one pass
+    assert reader.open_files == held - 4  # each pod's and its container's file
+    kept = {rel for _sub, rel in reader._dirs}
+    assert f"{be}/pod10" in kept  # a longer name with the same beginning is another dir
+    assert f"{be}/pod10/c" in kept
+    assert not {f"{be}/pod1", f"{be}/pod1/c", f"{be}/pod2", f"{be}/pod2/c"} & kept
+    reader.forget()  # nothing gone: nothing to do
+    assert reader.open_files == held - 4
+    reader.close()
+
+
 def test_mount_fs_type(tmp_path: Path) -> None:
     info = tmp_path / "mountinfo"
     info.write_text(

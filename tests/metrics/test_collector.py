@@ -249,6 +249,48 @@ async def test_a_pod_that_never_gave_a_sample_leaves_no_plan_when_it_goes(tmp_pa
     assert snap.pods[LS_POD.uid].memory_working_set is not None  # the pod that stays is still measured
 
 
+async def test_many_pods_leaving_at_once_are_dropped_in_slices(tmp_path: Path) -> None:
+    # a drain: every pod's files closed and its dirs forgotten, DROP_SLICE pods per loop step
+    from koordqos.metrics.collector import DROP_SLICE
+
+    node = SyntheticNode(tmp_path)
+    pods = [
+        PodInfo(
+            uid=f"p-{i}",
+            kube_qos=KubeQoS.BESTEFFORT,
+            containers=(ContainerInfo(name="c", container_id=f"containerd://c{i}"),),
+        )
+        for i in range(3 * DROP_SLICE + 1)
+    ]
+    coll, bus, store, clock = await setup_collector(node, *pods)
+    await coll.round()
+    assert len(coll._plans) == len(pods)
+    open_before = coll.reader.open_files
+    assert open_before > 0
+    steps = 0
+
+    async def count_steps() -> None:
+        nonlocal steps
+        while True:
+            steps += 1
+            await asyncio.sleep(0)
+
+    counter = asyncio.create_task(count_steps())
+    await asyncio.sleep(0)
+    started = steps
+    await coll._drop_plans([pod.uid for pod in pods])  # what a round does with the pods that left
+    counter.cancel()
+    assert steps - started == 3  # 193 pods: 4 slices, the loop ran in between
+    assert coll._plans == {}
+    assert coll.reader.open_files <= open_before - len(pods)  # at least each pod's own file closed
+    assert not [rel for _sub, rel in coll.reader._dirs if "/podp-" in rel]
+    for pod in pods:
+        await bus.publish(PodDeleted(pod.uid))
+    clock.now += 1
+    await coll.round()
+    assert store.keys(MetricKind.POD_CPU_USAGE) == []
+
+
 async def test_hostile_pod_uid_not_measured(tmp_path: Path) -> None:
     node = SyntheticNode(tmp_path)
     coll, bus, *_ = await setup_collector(node)

@@ -324,10 +324,20 @@ class CgroupReader:
         except (OSError, CgroupError, UnsafePathError):
             return None
 
-    def forget(self, rel_prefix: str) -> None:
-        """Drop memoised dirs and close cached files under `rel_prefix` (after a pod went away)."""
-        self._dirs = {k: v for k, v in self._dirs.items() if not k[1].startswith(rel_prefix)}
-        for key in [k for k in self._fds if k[1].startswith(rel_prefix)]:
+    def forget(self, *rels: str) -> None:
+        """Drop memoised dirs and close cached files of the dirs `rels` and below them (after pods went
+        away). One pass over the memo for any number of dirs: the pods that leave together (a drain, a
+        re-list) are forgotten together, not one memo walk each (1,000 pods: ~1 s in one loop step)."""
+        if not rels:
+            return
+        exact = frozenset(rels)
+        below = tuple(r.rstrip("/") + "/" for r in rels)
+
+        def gone(rel: str) -> bool:
+            return rel in exact or rel.startswith(below)
+
+        self._dirs = {k: v for k, v in self._dirs.items() if not gone(k[1])}
+        for key in [k for k in self._fds if gone(k[1])]:
             os.close(self._fds.pop(key))
 
     def _read(self, rel: str, subsystem: str, name: str) -> str | None:
