@@ -97,9 +97,11 @@ async def test_synchronize_200_pods_400_containers_in_chunks(
     sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus, handlers: Handlers
 ) -> None:
     seen: list[NRISynchronize] = []
+    sizes: list[tuple[int, int]] = []
 
     def hook(ev: NRISynchronize, state: Any) -> None:
         seen.append(ev)
+        sizes.append((len(ev.pods), len(ev.containers)))  # during the call: its lists go after the reply
         for ctr in ev.containers[:3]:
             ev.update_for(ctr.id).linux.resources.cpu.shares.value = 2
         ev.update_for("untouched")  # left empty: must not reach the runtime
@@ -115,9 +117,11 @@ async def test_synchronize_200_pods_400_containers_in_chunks(
     assert all(not r.update for r in link.sync_replies[:-1])
     assert [u.container_id for u in link.sync_updates] == [c.id for c in rt.containers[:3]]
     assert len(seen) == 1
-    assert len(seen[0].pods) == 200
-    assert len(seen[0].containers) == 400
+    assert sizes == [(200, 400)]
     assert not seen[0].reconnect
+    # the sync's thousands of messages are released in slices after the reply (not all in one loop step
+    # when the handler returns): an event kept past its call is empty
+    assert (seen[0].pods, seen[0].containers, seen[0].updates) == ([], [], [])
     assert len(bus.state.sandboxes) == 200
     assert len(bus.state.containers) == 400
     ctr = bus.state.containers[rt.containers[5].id]

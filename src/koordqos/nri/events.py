@@ -160,7 +160,9 @@ class NRIRemoveContainer(NRIContainerEvent):
 @dataclass(slots=True, eq=False)
 class NRISynchronize(NRICall, UpdatesMixin):
     """Synchronize (after every (re)connect): the union of all chunks; fill `updates` to correct any
-    existing container. `reconnect` is true for every sync after the first one of this process."""
+    existing container. `reconnect` is true for every sync after the first one of this process. Valid for
+    the call: after the reply its lists are emptied a slice per loop step (thousands of messages freed at
+    once were one long step), so a hook copies what it needs to keep."""
 
     pods: list[api.PodSandbox] = field(default_factory=list)
     containers: list[api.Container] = field(default_factory=list)
