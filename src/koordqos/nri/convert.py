@@ -108,12 +108,14 @@ def envs_from_nri(env: Any) -> dict[str, str]:
 
 
 # Pod views kept per distinct PodSandbox message: every container call of a pod repeats the pod (and its
-# annotations, a few KB), so what follows from it alone is derived once. Keyed by the message's exact bytes,
-# so a view can never be stale; only pods up to POD_VIEW_MAX_BYTES are kept, and the views kept weigh at most
-# POD_VIEW_BYTES (a view ~ 4x its message: the bytes, the label and annotation copies, the parsed spec), then
-# they are all dropped at once (koordqos.once.BoundedMemo). A byte budget, not a count: every distinct message
-# is a view, and a runtime sending distinct ones (the fuzz run) churned 256 views of any size through the heap
-# (RSS +12 MiB over 400,000 requests, fragmentation; +1.5 MiB with this budget).
+# annotations, a few KB), so what follows from it alone is derived once. Kept per sandbox id and used only for
+# the message's exact (deterministic) bytes, so a view can never be stale; a changed pod replaces its view
+# (the replaced one stays weighed until the memo is emptied). Only pods up to POD_VIEW_MAX_BYTES are kept,
+# and the views kept weigh at most POD_VIEW_BYTES (a view ~ 4x its message: the bytes, the label and
+# annotation copies, the parsed spec), then they are all dropped at once (koordqos.once.BoundedMemo). A byte
+# budget, not a count: every distinct message is a view, and a runtime sending distinct ones (the fuzz run)
+# churned 256 views of any size through the heap (RSS +12 MiB over 400,000 requests, fragmentation; +1.5 MiB
+# with this budget).
 POD_VIEW_BYTES = 256 << 10
 POD_VIEW_MAX_BYTES = 16 << 10
 POD_VIEW_WEIGHT = 4  # bytes a view takes per byte of its message
@@ -146,8 +148,9 @@ class NRIHooks:
         # runtime cgroup parent → checked relative dir, within a byte budget: the parents are the runtime's
         # text, of any length (a real one is ~100 bytes; ~700 of those fit)
         self._dirs: BoundedMemo[str, str] = BoundedMemo(DIR_MEMO_BYTES, DIR_MEMO_ENTRY_BYTES)
-        # serialized PodSandbox → its view
-        self._pod_views: BoundedMemo[bytes, PodView] = BoundedMemo(
+        # sandbox id → (its serialized PodSandbox, the view): found by the id and used when the bytes are
+        # equal (a memcmp; hashing them as the key cost ≈ 3 instructions a byte, 12 K for a 3.5 KB pod)
+        self._pod_views: BoundedMemo[str, tuple[bytes, PodView]] = BoundedMemo(
             POD_VIEW_BYTES, POD_VIEW_WEIGHT * POD_VIEW_MAX_BYTES + ENTRY_OVERHEAD
         )
         self._handlers: dict[type[Any], Callable[[Any, NodeState, Call], Awaitable[None] | None]] = {
@@ -183,11 +186,15 @@ class NRIHooks:
         """The pod's view: from the cache when this exact PodSandbox was converted before (and the API
         server's pod it depends on is the same object), else converted now. Its problems (a refused
         cgroup parent, a malformed extended-resource-spec) are counted on every call, logged once."""
-        raw = pod.SerializeToString()
-        view = self._pod_views.get(raw)
-        if view is None or state.pods.get(view.uid) is not view.known:
+        # deterministic: map entries in key order, so the same pod gives the same bytes however its maps
+        # were filled (a Go runtime marshals them in random order)
+        raw = pod.SerializeToString(deterministic=True)
+        hit = self._pod_views.get(pod.id)
+        if hit is not None and hit[0] == raw and state.pods.get(hit[1].uid) is hit[1].known:
+            view = hit[1]
+        else:
             view = self._convert_pod(pod, state)
-            self._pod_views.put(raw, view, POD_VIEW_WEIGHT * len(raw))
+            self._pod_views.put(pod.id, (raw, view), POD_VIEW_WEIGHT * len(raw))
         for kind, what, exc in view.problems:
             self._bad(kind, what, exc)
         return view
