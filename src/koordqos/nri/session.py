@@ -311,7 +311,10 @@ class PluginSession:
         if counter is None:
             counter = _REQUESTS[(method, outcome)] = m.REQUESTS.labels(method, outcome)
         counter.inc()
-        m.REQUEST_SECONDS.labels(method).observe(took)
+        timer = _REQUEST_TIMERS.get(method)
+        if timer is None:
+            timer = _REQUEST_TIMERS[method] = m.REQUEST_SECONDS.labels(method)
+        timer.observe(took)
         if self.plugin.timings is not None:
             self.plugin.timings.setdefault(method, []).append(took)
         return reply
@@ -594,6 +597,7 @@ class PluginSession:
 
 
 _REQUESTS: dict[tuple[str, str], Any] = {}  # (method, outcome) -> counter child, resolved once
+_REQUEST_TIMERS: dict[str, Any] = {}  # method -> histogram child, resolved once
 
 
 def _empty() -> bytes:
