@@ -315,3 +315,17 @@ def test_a_pod_view_is_found_whatever_order_its_maps_came_in(tmp_path: Path) -> 
     pod.labels["k0"] = "changed"
     assert id(h.pod_view(pod, state)) not in views
     assert h.pod_view(pod, state).labels["k0"] == "changed"
+
+
+def test_resources_from_nri_reads_without_setting_anything() -> None:
+    """Read without HasField checks: an unset message reads as its defaults, and reading sets nothing (the
+    request protobufs are read-only)."""
+    res = api.LinuxResources()
+    assert resources_from_nri(res) == Resources()
+    assert not res.HasField("cpu")
+    assert not res.HasField("memory")
+    assert res.ByteSize() == 0
+    res.cpu.cpus = "0-1"
+    res.memory.limit.value = 1 << 30
+    assert resources_from_nri(res) == Resources(cpuset="0-1", memory_limit=1 << 30)
+    assert not res.cpu.HasField("shares")

@@ -76,18 +76,21 @@ def resources_from_nri(res: api.LinuxResources | None) -> Resources | None:
     """koordlet FromNriLinuxResources: set values only (0 / "" mean not specified); None without resources."""
     if res is None:
         return None
+    # no HasField checks: an unset message reads as its defaults (0, ""), which mean "not specified" too
     out = Resources()
-    if res.HasField("cpu"):
-        cpu = res.cpu
-        if cpu.HasField("shares") and cpu.shares.value != 0:
-            out.cpu_shares = int(cpu.shares.value)
-        if cpu.HasField("quota") and cpu.quota.value != 0:
-            out.cfs_quota = int(cpu.quota.value)
-        if cpu.cpus:
-            out.cpuset = cpu.cpus
-    if res.HasField("memory") and res.memory.HasField("limit") and res.memory.limit.value != 0:
-        limit = int(res.memory.limit.value)
-        out.memory_limit = limit if limit > 0 else -1
+    cpu = res.cpu
+    shares = cpu.shares.value
+    if shares:
+        out.cpu_shares = int(shares)
+    quota = cpu.quota.value
+    if quota:
+        out.cfs_quota = int(quota)
+    cpus = cpu.cpus
+    if cpus:
+        out.cpuset = cpus
+    limit = res.memory.limit.value
+    if limit:
+        out.memory_limit = int(limit) if limit > 0 else -1
     return out
 
 
