@@ -406,12 +406,13 @@ def differing(want: Resources, have: Resources | None) -> Resources:
 
 def fill_resources(target: api.LinuxResources, res: Resources) -> None:
     """Copy the set origin fields into NRI LinuxResources (an empty cpuset means "not set" in NRI)."""
+    cpu = target.cpu  # read once (a by-name lookup in upb); it becomes set only when written to
     if res.cpu_shares is not None:
-        target.cpu.shares.value = res.cpu_shares
+        cpu.shares.value = res.cpu_shares
     if res.cfs_quota is not None:
-        target.cpu.quota.value = res.cfs_quota
+        cpu.quota.value = res.cfs_quota
     if res.cpuset:
-        target.cpu.cpus = res.cpuset
+        cpu.cpus = res.cpuset
     if res.memory_limit is not None:
         target.memory.limit.value = res.memory_limit
 
@@ -419,11 +420,12 @@ def fill_resources(target: api.LinuxResources, res: Resources) -> None:
 def fill_adjustment(adjust: api.ContainerAdjustment, ctx: ContainerContext) -> None:
     """koordlet NriDone for CreateContainer: resources, env and (extension) oom_score_adj."""
     resp = ctx.response
+    linux = adjust.linux  # read once (a by-name lookup in upb); it becomes set only when written to
     if nri_visible(resp.resources):
-        fill_resources(adjust.linux.resources, resp.resources)
+        fill_resources(linux.resources, resp.resources)
     for key, value in resp.add_envs.items():
         adjust.env.add(key=key, value=value)
     if resp.oom_score_adj is not None:
-        adjust.linux.oom_score_adj.value = resp.oom_score_adj
+        linux.oom_score_adj.value = resp.oom_score_adj
     if resp.rdt_class is not None:
-        adjust.linux.resources.rdt_class.value = resp.rdt_class
+        linux.resources.rdt_class.value = resp.rdt_class
