@@ -269,7 +269,7 @@ class NRIHooks:
                 cdir = self.layout.container_dir_in(pdir, container_id)
         except CgroupError as exc:
             self._bad("cgroups_path", f"{view.namespace}/{view.name}/{name}", exc)
-        if resources is None and ctr.HasField("linux") and linux.HasField("resources"):
+        if resources is None and linux.HasField("resources"):  # (an unset `linux` has no resources)
             resources = linux.resources
         ext = view.extended
         return ContainerContext(

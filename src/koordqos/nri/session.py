@@ -632,7 +632,7 @@ async def _sync_reply(event: NRISynchronize) -> tuple[bytes, int]:
 
 def _create_reply(container_id: str, event: NRICreateContainer) -> bytes:
     updates = []
-    for upd in event.effective_updates():
+    for upd in event.effective_updates() if event.updates else ():  # usually none were asked for
         if upd.container_id == container_id:
             # the runtime fails the creation for this ("asked update of … during creation")
             log.warning(
