@@ -253,15 +253,19 @@ def test_pod_views_are_bounded(tmp_path: Path) -> None:
     for i in range(1_000):  # distinct messages: every one a view
         pod = be_pod()
         pod.uid = f"uid-{i}"
+        pod.id = f"sb-{i}"
         pod.annotations["pad"] = "p" * (i % 500)
         h.pod_view(pod, NodeState())
         assert h._pod_views.weight <= convert.POD_VIEW_BYTES
     assert 0 < len(h._pod_views) < 1_000
-    assert pod.SerializeToString() in h._pod_views  # the newest is kept
+    kept = h._pod_views.get(pod.id)
+    assert kept is not None
+    assert kept[0] == pod.SerializeToString(deterministic=True)  # the newest is kept
     huge = be_pod()
+    huge.id = "huge"
     huge.annotations["x"] = "y" * (convert.POD_VIEW_MAX_BYTES + 1)
     h.pod_view(huge, NodeState())
-    assert huge.SerializeToString() not in h._pod_views
+    assert huge.id not in h._pod_views
 
 
 def test_the_cgroup_parent_memo_stays_within_its_byte_budget_whatever_the_parents(tmp_path: Path) -> None:
@@ -310,3 +314,36 @@ def test_a_bad_pod_view_leaves_no_reference_cycle_when_it_goes(tmp_path: Path) -
 
     garbage = cyclic_garbage(convert_and_forget)
     assert garbage == [], names(garbage)
+
+
+def test_a_pod_view_is_found_whatever_order_its_maps_came_in(tmp_path: Path) -> None:
+    """A Go runtime marshals map fields in random order: the same pod with its labels and annotations in
+    another order is the same view; a change of a value is not."""
+    h = nh(tmp_path)
+    state = NodeState()
+    keys = [f"k{i}" for i in range(8)]
+    views = set()
+    for order in (keys, keys[::-1], keys[3:] + keys[:3]):
+        pod = be_pod()
+        for k in order:
+            pod.labels[k] = "v"
+            pod.annotations[k] = "w"
+        views.add(id(h.pod_view(api.PodSandbox.FromString(pod.SerializeToString()), state)))
+    assert len(views) == 1
+    pod.labels["k0"] = "changed"
+    assert id(h.pod_view(pod, state)) not in views
+    assert h.pod_view(pod, state).labels["k0"] == "changed"
+
+
+def test_resources_from_nri_reads_without_setting_anything() -> None:
+    """Read without HasField checks: an unset message reads as its defaults, and reading sets nothing (the
+    request protobufs are read-only)."""
+    res = api.LinuxResources()
+    assert resources_from_nri(res) == Resources()
+    assert not res.HasField("cpu")
+    assert not res.HasField("memory")
+    assert res.ByteSize() == 0
+    res.cpu.cpus = "0-1"
+    res.memory.limit.value = 1 << 30
+    assert resources_from_nri(res) == Resources(cpuset="0-1", memory_limit=1 << 30)
+    assert not res.cpu.HasField("shares")

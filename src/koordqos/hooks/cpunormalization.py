@@ -73,7 +73,8 @@ class CPUNormalization(HookPlugin):
         annotations: Mapping[str, str] | None,
         response: Resources,
     ) -> None:
-        if request is None or not is_pod_cpu_share(labels, annotations) or not self.enable:
+        # the rule first: without a ratio (most nodes) the pod's QoS need not be worked out
+        if not self.enable or request is None or not is_pod_cpu_share(labels, annotations):
             return
         orig = request.cfs_quota
         if orig is None or orig <= 0:

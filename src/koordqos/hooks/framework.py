@@ -103,6 +103,10 @@ class HookRegistry:
     """Hooks by stage; registration order does not matter, execution is by name."""
 
     _by_stage: dict[Stage, list[RegisteredHook]] = field(default_factory=lambda: {s: [] for s in STAGES})
+    # stage -> its hooks as the tuple `hooks` returns, built on registration (not a copy per call)
+    _ordered: dict[Stage, tuple[RegisteredHook, ...]] = field(
+        default_factory=lambda: dict.fromkeys(STAGES, ())
+    )
 
     def register(self, stage: Stage, name: str, description: str, fn: HookFn) -> None:
         """Add a hook; a duplicate name in a stage is a programming error."""
@@ -111,10 +115,11 @@ class HookRegistry:
             raise ValueError(f"hook {name!r} already registered at stage {stage}")
         hooks.append(RegisteredHook(name, description, fn))
         hooks.sort(key=lambda h: h.name)
+        self._ordered[stage] = tuple(hooks)
 
     def hooks(self, stage: Stage) -> Sequence[RegisteredHook]:
         """Hooks of `stage` in execution order."""
-        return tuple(self._by_stage[stage])
+        return self._ordered[stage]
 
     def stages(self, disabled: frozenset[Stage] = frozenset()) -> list[Stage]:
         """Stages with at least one hook, not disabled, in the fixed stage order (deterministic)."""

@@ -76,18 +76,21 @@ def resources_from_nri(res: api.LinuxResources | None) -> Resources | None:
     """koordlet FromNriLinuxResources: set values only (0 / "" mean not specified); None without resources."""
     if res is None:
         return None
+    # no HasField checks: an unset message reads as its defaults (0, ""), which mean "not specified" too
     out = Resources()
-    if res.HasField("cpu"):
-        cpu = res.cpu
-        if cpu.HasField("shares") and cpu.shares.value != 0:
-            out.cpu_shares = int(cpu.shares.value)
-        if cpu.HasField("quota") and cpu.quota.value != 0:
-            out.cfs_quota = int(cpu.quota.value)
-        if cpu.cpus:
-            out.cpuset = cpu.cpus
-    if res.HasField("memory") and res.memory.HasField("limit") and res.memory.limit.value != 0:
-        limit = int(res.memory.limit.value)
-        out.memory_limit = limit if limit > 0 else -1
+    cpu = res.cpu
+    shares = cpu.shares.value
+    if shares:
+        out.cpu_shares = int(shares)
+    quota = cpu.quota.value
+    if quota:
+        out.cfs_quota = int(quota)
+    cpus = cpu.cpus
+    if cpus:
+        out.cpuset = cpus
+    limit = res.memory.limit.value
+    if limit:
+        out.memory_limit = int(limit) if limit > 0 else -1
     return out
 
 
@@ -108,12 +111,14 @@ def envs_from_nri(env: Any) -> dict[str, str]:
 
 
 # Pod views kept per distinct PodSandbox message: every container call of a pod repeats the pod (and its
-# annotations, a few KB), so what follows from it alone is derived once. Keyed by the message's exact bytes,
-# so a view can never be stale; only pods up to POD_VIEW_MAX_BYTES are kept, and the views kept weigh at most
-# POD_VIEW_BYTES (a view ~ 4x its message: the bytes, the label and annotation copies, the parsed spec), then
-# they are all dropped at once (koordqos.once.BoundedMemo). A byte budget, not a count: every distinct message
-# is a view, and a runtime sending distinct ones (the fuzz run) churned 256 views of any size through the heap
-# (RSS +12 MiB over 400,000 requests, fragmentation; +1.5 MiB with this budget).
+# annotations, a few KB), so what follows from it alone is derived once. Kept per sandbox id and used only for
+# the message's exact (deterministic) bytes, so a view can never be stale; a changed pod replaces its view
+# (the replaced one stays weighed until the memo is emptied). Only pods up to POD_VIEW_MAX_BYTES are kept,
+# and the views kept weigh at most POD_VIEW_BYTES (a view ~ 4x its message: the bytes, the label and
+# annotation copies, the parsed spec), then they are all dropped at once (koordqos.once.BoundedMemo). A byte
+# budget, not a count: every distinct message is a view, and a runtime sending distinct ones (the fuzz run)
+# churned 256 views of any size through the heap (RSS +12 MiB over 400,000 requests, fragmentation; +1.5 MiB
+# with this budget).
 POD_VIEW_BYTES = 256 << 10
 POD_VIEW_MAX_BYTES = 16 << 10
 POD_VIEW_WEIGHT = 4  # bytes a view takes per byte of its message
@@ -148,8 +153,9 @@ class NRIHooks:
         # runtime cgroup parent → checked relative dir, within a byte budget: the parents are the runtime's
         # text, of any length (a real one is ~100 bytes; ~700 of those fit)
         self._dirs: BoundedMemo[str, str] = BoundedMemo(DIR_MEMO_BYTES, DIR_MEMO_ENTRY_BYTES)
-        # serialized PodSandbox → its view
-        self._pod_views: BoundedMemo[bytes, PodView] = BoundedMemo(
+        # sandbox id → (its serialized PodSandbox, the view): found by the id and used when the bytes are
+        # equal (a memcmp; hashing them as the key cost ≈ 3 instructions a byte, 12 K for a 3.5 KB pod)
+        self._pod_views: BoundedMemo[str, tuple[bytes, PodView]] = BoundedMemo(
             POD_VIEW_BYTES, POD_VIEW_WEIGHT * POD_VIEW_MAX_BYTES + ENTRY_OVERHEAD
         )
         self._handlers: dict[type[Any], Callable[[Any, NodeState, Call], Awaitable[None] | None]] = {
@@ -185,11 +191,15 @@ class NRIHooks:
         """The pod's view: from the cache when this exact PodSandbox was converted before (and the API
         server's pod it depends on is the same object), else converted now. Its problems (a refused
         cgroup parent, a malformed extended-resource-spec) are counted on every call, logged once."""
-        raw = pod.SerializeToString()
-        view = self._pod_views.get(raw)
-        if view is None or state.pods.get(view.uid) is not view.known:
+        # deterministic: map entries in key order, so the same pod gives the same bytes however its maps
+        # were filled (a Go runtime marshals them in random order)
+        raw = pod.SerializeToString(deterministic=True)
+        hit = self._pod_views.get(pod.id)
+        if hit is not None and hit[0] == raw and state.pods.get(hit[1].uid) is hit[1].known:
+            view = hit[1]
+        else:
             view = self._convert_pod(pod, state)
-            self._pod_views.put(raw, view, POD_VIEW_WEIGHT * len(raw))
+            self._pod_views.put(pod.id, (raw, view), POD_VIEW_WEIGHT * len(raw))
         for kind, what, error in view.problems:
             self._bad(kind, what, error)
         return view
@@ -261,7 +271,7 @@ class NRIHooks:
                 cdir = self.layout.container_dir_in(pdir, container_id)
         except CgroupError as exc:
             self._bad("cgroups_path", f"{view.namespace}/{view.name}/{name}", str(exc))
-        if resources is None and ctr.HasField("linux") and linux.HasField("resources"):
+        if resources is None and linux.HasField("resources"):  # (an unset `linux` has no resources)
             resources = linux.resources
         ext = view.extended
         return ContainerContext(
@@ -398,12 +408,13 @@ def differing(want: Resources, have: Resources | None) -> Resources:
 
 def fill_resources(target: api.LinuxResources, res: Resources) -> None:
     """Copy the set origin fields into NRI LinuxResources (an empty cpuset means "not set" in NRI)."""
+    cpu = target.cpu  # read once (a by-name lookup in upb); it becomes set only when written to
     if res.cpu_shares is not None:
-        target.cpu.shares.value = res.cpu_shares
+        cpu.shares.value = res.cpu_shares
     if res.cfs_quota is not None:
-        target.cpu.quota.value = res.cfs_quota
+        cpu.quota.value = res.cfs_quota
     if res.cpuset:
-        target.cpu.cpus = res.cpuset
+        cpu.cpus = res.cpuset
     if res.memory_limit is not None:
         target.memory.limit.value = res.memory_limit
 
@@ -411,11 +422,12 @@ def fill_resources(target: api.LinuxResources, res: Resources) -> None:
 def fill_adjustment(adjust: api.ContainerAdjustment, ctx: ContainerContext) -> None:
     """koordlet NriDone for CreateContainer: resources, env and (extension) oom_score_adj."""
     resp = ctx.response
+    linux = adjust.linux  # read once (a by-name lookup in upb); it becomes set only when written to
     if nri_visible(resp.resources):
-        fill_resources(adjust.linux.resources, resp.resources)
+        fill_resources(linux.resources, resp.resources)
     for key, value in resp.add_envs.items():
         adjust.env.add(key=key, value=value)
     if resp.oom_score_adj is not None:
-        adjust.linux.oom_score_adj.value = resp.oom_score_adj
+        linux.oom_score_adj.value = resp.oom_score_adj
     if resp.rdt_class is not None:
-        adjust.linux.resources.rdt_class.value = resp.rdt_class
+        linux.resources.rdt_class.value = resp.rdt_class

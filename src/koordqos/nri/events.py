@@ -200,14 +200,15 @@ def runtime_sandbox(pod: api.PodSandbox) -> RuntimeSandbox:
 
 def runtime_container(ctr: api.Container, pod_uid: str, state: str | None = None) -> RuntimeContainer:
     """The NodeState record for an NRI Container (`state` overrides the message's state)."""
-    res = ctr.linux.resources
+    linux = ctr.linux  # each field access is a by-name lookup in upb: read every message once
+    res = linux.resources
     cpu, mem = res.cpu, res.memory
     return RuntimeContainer(
         id=ctr.id,
         sandbox_id=ctr.pod_sandbox_id,
         pod_uid=pod_uid,
         name=ctr.name,
-        cgroups_path=ctr.linux.cgroups_path,
+        cgroups_path=linux.cgroups_path,
         pid=ctr.pid,
         state=container_state_name(ctr.state) if state is None else state,
         cpu_shares=int(cpu.shares.value),

@@ -318,7 +318,10 @@ class PluginSession:
         if counter is None:
             counter = _REQUESTS[(method, outcome)] = m.REQUESTS.labels(method, outcome)
         counter.inc()
-        m.REQUEST_SECONDS.labels(method).observe(took)
+        timer = _REQUEST_TIMERS.get(method)
+        if timer is None:
+            timer = _REQUEST_TIMERS[method] = m.REQUEST_SECONDS.labels(method)
+        timer.observe(took)
         if self.plugin.timings is not None:
             self.plugin.timings.setdefault(method, []).append(took)
         return reply
@@ -608,6 +611,7 @@ class PluginSession:
 
 
 _REQUESTS: dict[tuple[str, str], Any] = {}  # (method, outcome) -> counter child, resolved once
+_REQUEST_TIMERS: dict[str, Any] = {}  # method -> histogram child, resolved once
 
 
 def _empty() -> bytes:
@@ -657,7 +661,7 @@ async def _release(*lists: list[Any]) -> None:
 
 def _create_reply(container_id: str, event: NRICreateContainer) -> bytes:
     updates = []
-    for upd in event.effective_updates():
+    for upd in event.effective_updates() if event.updates else ():  # usually none were asked for
         if upd.container_id == container_id:
             # the runtime fails the creation for this ("asked update of … during creation")
             log.warning(
