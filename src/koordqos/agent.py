@@ -358,11 +358,9 @@ class GcPolicy:
 
     What it costs: a frozen object that later becomes part of an unreachable *cycle* is not collected
     (acyclic garbage is freed by reference counting as ever); docs/performance.md measures how much that is.
-    Code on long-running paths leaves no such cycles (`koordqos.testing.cycles`); as a safety net for what is
-    missed, `paced` thaws the frozen set when it has grown by half (THAW_GROWTH) since everything was last
-    walked: frozen objects freed by reference counting leave it, so what makes it grow is more live data or
-    frozen cycles, and the next full collection walks (and frees) it all once: one long step each time the
-    frozen set grows by half, not with time.
+    Code on long-running paths therefore leaves no such cycles (`koordqos.testing.cycles`,
+    `errors.detached`). No automatic thaw: `gc.get_freeze_count()` walks the frozen set (≈ 20 ms at 1,000
+    pods) and a full collection after `gc.unfreeze()` is a 20-40 ms step (docs/performance.md).
     `KOORDQOS_GC_POLICY=build` keeps only the freeze after the build (the behaviour before), `settle` the
     freezes without the pacing. Only the agent process runs it (`run`), not agents built in tests.
     """
@@ -382,10 +380,6 @@ class GcPolicy:
     GEN1_AFTER = 5
     GEN2_AFTER = 2
     NEVER = 1 << 30  # a count the interpreter's own generation-1 and -2 triggers never reach
-    # thaw when the frozen set is this much larger than after the last walk of everything (and not below
-    # THAW_MIN objects: a small set is cheap to walk anyway, but thawing it often is pointless)
-    THAW_GROWTH = 1.5
-    THAW_MIN = 50_000
 
     def __init__(
         self, agent: Agent, mode: str | None = None, poll: float = 1.0, give_up: float = 300.0
@@ -399,22 +393,11 @@ class GcPolicy:
         self.freezes = 0
         self.polls = 0  # looks at whether start-up settled
         self.collections = [0, 0, 0]  # paced collections by generation
-        self.thaws = 0
-        self._frozen_base = 0  # the frozen set's size after everything was last walked
-        self._thawed = False
 
     def _after_full(self, phase: str, info: dict[str, int]) -> None:
         if phase == "stop" and info["generation"] == 2:
             gc.freeze()  # the survivors of a full collection: live, and walked just now
             self.freezes += 1
-            if self._thawed:
-                self._thawed = False
-                self._frozen_base = gc.get_freeze_count()
-
-    def thaw_due(self) -> bool:
-        """Whether the frozen set grew by THAW_GROWTH since everything was last walked."""
-        frozen = gc.get_freeze_count()
-        return frozen > self.THAW_MIN and frozen > self._frozen_base * self.THAW_GROWTH
 
     def _settled(self, passes_at_ready: int | None) -> bool:
         rec = self.agent.parts.reconciler
@@ -452,7 +435,6 @@ class GcPolicy:
             await self._settle()
             gc.freeze()
             self.freezes += 1
-            self._frozen_base = gc.get_freeze_count()
             if self.mode == "settle":
                 await asyncio.Event().wait()
             # the interpreter's generation-1 and -2 triggers out of reach: this task pulls them instead
@@ -461,10 +443,6 @@ class GcPolicy:
                 await asyncio.sleep(self.PACE_SECONDS)
                 gen = self.collect_due()
                 if gen is not None:
-                    if gen == 2 and self.thaw_due():
-                        gc.unfreeze()  # this full collection walks everything, frozen cycles included
-                        self._thawed = True
-                        self.thaws += 1
                     gc.collect(gen)
                     self.collections[gen] += 1
         finally:
@@ -489,7 +467,6 @@ class GcPolicy:
             garbage_kept_by_freezing=kept,
             full_collection_ms=round((time.perf_counter() - start) * 1000, 1),
             paced_collections=self.collections,
-            thaws=self.thaws,
         )
 
 
