@@ -12,6 +12,7 @@ from koordqos.cgroups.executor import CgroupExecutor, CgroupWrite, Level, Outcom
 from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.decisions import DecisionLog
+from koordqos.testing.loopturns import counting
 from koordqos.testing.nodefs import SyntheticNode
 
 BE = "kubepods/besteffort"
@@ -306,28 +307,16 @@ def test_read_helpers(node: SyntheticNode) -> None:
 
 async def test_large_batches_yield_to_the_loop(node: SyntheticNode) -> None:
     """Cached or unchanged intents never await anything: a big batch must still give the loop a turn."""
-    import asyncio
-
     ex, _, _ = make(node)
     rel = node.layout.qos_dirs()[2]
     writes = [CgroupWrite(rel, "cpu.shares", 1024, Level.QOS)] * 450
     await ex.apply("s", writes[:1])  # now cached: the rest are no-ops that would never await
-    turns = 0
-
-    async def other_task() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(other_task())
-    await asyncio.sleep(0)
-    start = turns
-    results = await ex.apply("s", writes)
-    during_apply = turns - start
-    await ex.apply_sequential("s", writes)
-    during_sequential = turns - start - during_apply
-    task.cancel()
+    async with counting() as turns:
+        results = await ex.apply("s", writes)
+    during_apply = turns.count
+    async with counting() as turns:
+        await ex.apply_sequential("s", writes)
+    during_sequential = turns.count
     assert {r.outcome for r in results} == {Outcome.CACHED}
     assert during_apply >= 4  # 450 intents, a turn every 100
     assert during_sequential >= 4

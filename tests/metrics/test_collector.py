@@ -24,6 +24,7 @@ from koordqos.model.keys import BATCH_CPU, LABEL_QOS
 from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.state import NodeState
+from koordqos.testing.loopturns import counting
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
 
@@ -267,20 +268,9 @@ async def test_many_pods_leaving_at_once_are_dropped_in_slices(tmp_path: Path) -
     assert len(coll._plans) == len(pods)
     open_before = coll.reader.open_files
     assert open_before > 0
-    steps = 0
-
-    async def count_steps() -> None:
-        nonlocal steps
-        while True:
-            steps += 1
-            await asyncio.sleep(0)
-
-    counter = asyncio.create_task(count_steps())
-    await asyncio.sleep(0)
-    started = steps
-    await coll._drop_plans([pod.uid for pod in pods])  # what a round does with the pods that left
-    counter.cancel()
-    assert steps - started == 3  # 193 pods: 4 slices, the loop ran in between
+    async with counting() as turns:
+        await coll._drop_plans([pod.uid for pod in pods])  # what a round does with the pods that left
+    assert turns.count == 3  # 193 pods: 4 slices, the loop ran in between
     assert coll._plans == {}
     assert coll.reader.open_files <= open_before - len(pods)  # at least each pod's own file closed
     assert not [rel for _sub, rel in coll.reader._dirs if "/podp-" in rel]

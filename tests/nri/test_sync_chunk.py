@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -11,6 +10,7 @@ from hypothesis import strategies as st
 
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.session import BULK_DECODE_BYTES, MalformedPayload, SyncChunk
+from koordqos.testing.loopturns import counting
 from koordqos.testing.mock_nri.samples import sample_node
 
 
@@ -110,19 +110,8 @@ async def test_a_synchronize_s_messages_are_released_over_several_loop_steps() -
     from koordqos.nri.session import _release
 
     pods, ctrs = sample_node(50, 50)
-    steps = 0
-
-    async def count_steps() -> None:
-        nonlocal steps
-        while True:
-            steps += 1
-            await asyncio.sleep(0)
-
-    counter = asyncio.create_task(count_steps())
-    await asyncio.sleep(0)
-    started = steps
-    await _release(ctrs, pods)
-    counter.cancel()
+    async with counting() as turns:
+        await _release(ctrs, pods)
     assert ctrs == []
     assert pods == []
-    assert steps - started >= 3  # before each list and after the last: the reply's write is its own step
+    assert turns.count >= 3  # before each list and after the last: the reply's write is its own step
