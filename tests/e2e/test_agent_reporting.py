@@ -55,7 +55,17 @@ def _res(rm: dict[str, Any]) -> tuple[int, int]:
     return to_milli(rm["resources"]["cpu"]), to_int(rm["resources"]["memory"])
 
 
-async def test_agent_reports_known_rates(tmp_path: Path) -> None:
+async def test_agent_reports_known_rates_and_skips_rounds_while_the_window_is_empty(tmp_path: Path) -> None:
+    # two agents side by side: each waits for its first report round (the minimum interval, 30 s), so they
+    # run at the same time instead of one after the other
+    (tmp_path / "rates").mkdir()
+    (tmp_path / "empty").mkdir()
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(_reports_known_rates(tmp_path / "rates"))
+        tg.create_task(_no_status_while_the_node_window_is_empty(tmp_path / "empty"))
+
+
+async def _reports_known_rates(tmp_path: Path) -> None:
     node = SyntheticNode(tmp_path / "node", cpus=8, memory_total=16 * GI)
     node.set_meminfo(16 * GI, 16 * GI - 3 * GI, 8 * GI)  # MemTotal − MemAvailable = 3 GiB
     api = FakeAPIServer()
@@ -146,7 +156,7 @@ async def test_agent_reports_known_rates(tmp_path: Path) -> None:
         await api.stop()
 
 
-async def test_no_status_while_the_node_window_is_empty(tmp_path: Path) -> None:
+async def _no_status_while_the_node_window_is_empty(tmp_path: Path) -> None:
     """/proc/stat unreadable: no node CPU sample ever, so no status is written (PD-6), rounds are skipped."""
     node = SyntheticNode(tmp_path / "node")
     (node.proc_root / "stat").unlink()
