@@ -37,6 +37,12 @@ def syncs(agent: Agent) -> float:
     return agent.metric("koordqos_nri_requests_total", method="Synchronize")
 
 
+def wait_syncs(agent: Agent, n: int) -> None:
+    """Until the agent answered its n-th Synchronize: /readyz's `nri_connected` turns true at Configure,
+    before the Synchronize (which now yields to the loop while it runs) is answered and counted."""
+    wait_until_sync(lambda: syncs(agent) >= n, 30, POLL, f"Synchronize #{n} answered")
+
+
 def test_agent_started_after_the_containers_corrects_them(rt: Stack) -> None:
     pods = [be_pod(f"early-{i}") for i in range(2)]
     for p in pods:
@@ -46,7 +52,8 @@ def test_agent_started_after_the_containers_corrects_them(rt: Stack) -> None:
     agent = rt.agent(*NO_RECONCILE)
     agent.start()
     agent.wait_connected()
-    assert syncs(agent) == 1
+    wait_syncs(agent, 1)
+    assert syncs(agent) == 1  # one connection, no reconnect
     wait_until_sync(
         lambda: not all_adjusted(rt, pods), 30, POLL, "Synchronize to correct the running containers"
     )
@@ -73,7 +80,7 @@ def test_containerd_restarted_under_a_running_agent(rt: Stack) -> None:
     rt.cri.run_container(after, "main", SLEEP, **BE_RESOURCES)
     agent.wait_connected()
     assert agent.metric("koordqos_nri_reconnects_total") >= reconnects + 1
-    assert syncs(agent) >= 2
+    wait_syncs(agent, 2)
     wait_until_sync(
         lambda: not all_adjusted(rt, [before, after]), 30, POLL, "every container adjusted after the restart"
     )
