@@ -16,7 +16,7 @@ from koordqos.config import build_config
 from koordqos.decisions import DecisionLog
 from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick, PodDeleted, PodUpserted
-from koordqos.metrics.collector import MISSING, MetricsCollector
+from koordqos.metrics.collector import MISSING, ContainerDemand, MetricsCollector
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import read_topology
 from koordqos.metrics.types import MetricKind, MetricSnapshot
@@ -67,7 +67,7 @@ def close(actual: float | None, expected: float) -> bool:
 
 
 async def setup_collector(
-    node: SyntheticNode, *pods: PodInfo
+    node: SyntheticNode, *pods: PodInfo, container_demand: ContainerDemand | None = None
 ) -> tuple[MetricsCollector, EventBus, MetricStore, FakeClock]:
     bus = EventBus()
     for pod in pods:
@@ -84,6 +84,7 @@ async def setup_collector(
         topology=read_topology(node.sys_root),
         interval=1.0,
         clock=clock,
+        container_demand=container_demand,
     )
     return coll, bus, store, clock
 

@@ -12,14 +12,13 @@ from koordqos.events.bus import EventBus
 from koordqos.events.types import NodeSLOUpdated, PodUpserted
 from koordqos.metrics.collector import MetricsCollector
 from koordqos.metrics.store import MetricStore
-from koordqos.metrics.topology import read_topology
 from koordqos.metrics.types import ContainerSeries, MetricKind
 from koordqos.model.nodeslo import NodeSLO, parse_nodeslo
 from koordqos.model.pod import PodInfo
 from koordqos.state import NodeState
 from koordqos.testing.nodefs import SyntheticNode
 
-from .test_collector import BE_POD, LS_POD, SEC, FakeClock, close
+from .test_collector import BE_POD, LS_POD, SEC, FakeClock, close, setup_collector
 
 CA, CB, CC = "containerd://aaa111", "containerd://bbb222", "docker://ccc333"
 CONTAINER_KINDS = (
@@ -44,25 +43,8 @@ class Demand:
 async def setup(
     node: SyntheticNode, demand: Demand | None, *pods: PodInfo
 ) -> tuple[MetricsCollector, EventBus, MetricStore, FakeClock, CgroupReader]:
-    bus = EventBus()
-    for pod in pods:
-        node.add_pod(pod)
-        await bus.publish(PodUpserted(pod))
-    clock = FakeClock()
-    store = MetricStore(retention_seconds=600, collect_interval=1.0, clock=clock)
-    reader = CgroupReader(node.layout)
-    coll = MetricsCollector(
-        bus,
-        node.layout,
-        reader,
-        store,
-        proc_root=node.proc_root,
-        topology=read_topology(node.sys_root),
-        interval=1.0,
-        clock=clock,
-        container_demand=demand,
-    )
-    return coll, bus, store, clock, reader
+    coll, bus, store, clock = await setup_collector(node, *pods, container_demand=demand)
+    return coll, bus, store, clock, coll.reader
 
 
 def slo(policy: str) -> NodeSLO:
