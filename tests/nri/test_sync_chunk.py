@@ -115,3 +115,18 @@ async def test_a_synchronize_s_messages_are_released_over_several_loop_steps() -
     assert ctrs == []
     assert pods == []
     assert turns.count >= 3  # before each list and after the last: the reply's write is its own step
+
+
+def test_drop_index_lets_the_updates_go_and_lookups_still_work() -> None:
+    from koordqos.nri.events import NRISynchronize
+
+    ev = NRISynchronize()
+    first = ev.update_for("a")
+    ev.update_for("b")
+    ev.drop_index()
+    assert ev._index == {}  # the updates list is now their only holder
+    assert ev.update_for("a") is first  # re-indexed from the list
+    ev.drop_index()
+    ev.updates.clear()
+    assert ev.update_for("a") is not first
+    assert [u.container_id for u in ev.updates] == ["a"]

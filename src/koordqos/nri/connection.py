@@ -134,7 +134,10 @@ class NRIConnection(asyncio.Protocol):
         for task in list(self._tasks):
             task.cancel()
         if not self.closed.done():
-            self.closed.set_result(self.error if self.error is not None else exc and detached(exc))
+            if self.error is not None:
+                self.closed.set_result(self.error)
+            else:
+                self.closed.set_result(None if exc is None else detached(exc))
 
     def pause_writing(self) -> None:
         """The transport buffer is full: make senders wait."""

@@ -80,6 +80,11 @@ class UpdatesMixin:
         self._indexed += 1  # type: ignore[misc]
         return upd
 
+    def drop_index(self) -> None:
+        """Forget the lookup index of `updates` (it holds each update too; done before they are released)."""
+        self._index.clear()
+        self._indexed = 0  # type: ignore[misc]  # a field of each dataclass using the mixin
+
     def effective_updates(self) -> list[api.ContainerUpdate]:
         """The updates that change something (an id and at least one resource field set)."""
         return [u for u in self.updates if u.container_id and u.linux.resources.ByteSize() > 0]

@@ -447,8 +447,8 @@ class PluginSession:
         # error in every case). What the hooks computed is sent; the reconciler covers the rest.
         await self._request(event, since, timeout_nano, policy="Ignore")
         reply, updates = await _sync_reply(event)
+        event.drop_index()  # first: the index holds the updates too, which would then all go at once
         await _release(event.updates, containers, pods)
-        event._index.clear()
         self.plugin.syncs += 1
         self.synced.set()
         self.plugin.set_status("connected")
