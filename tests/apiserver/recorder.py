@@ -82,22 +82,28 @@ class RecordingProxy:
                             captured += chunk
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         self.wfile.flush()
+                    # recorded before the last chunk goes out: a client that has its answer finds its write here
+                    self._record(body, resp, bytes(captured))
                     self.wfile.write(b"0\r\n\r\n")
-                except (BrokenPipeError, ConnectionResetError):
+                except (BrokenPipeError, ConnectionResetError, http.client.IncompleteRead):
+                    # the agent or the server cut a stream (a watch at shutdown): nothing to record or finish
                     self.close_connection = True
                 finally:
                     conn.close()
-                if self.command in {"POST", "PUT", "PATCH"}:
-                    write = Write(
-                        self.command,
-                        self.path,
-                        _json(body),
-                        resp.status,
-                        [v for k, v in resp.getheaders() if k.lower() == "warning"],
-                        _json(bytes(captured)),
-                    )
-                    with proxy._lock:
-                        proxy.writes.append(write)
+
+            def _record(self, body: bytes | None, resp: http.client.HTTPResponse, captured: bytes) -> None:
+                if self.command not in {"POST", "PUT", "PATCH"}:
+                    return
+                write = Write(
+                    self.command,
+                    self.path,
+                    _json(body),
+                    resp.status,
+                    [v for k, v in resp.getheaders() if k.lower() == "warning"],
+                    _json(captured),
+                )
+                with proxy._lock:
+                    proxy.writes.append(write)
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
 
