@@ -82,7 +82,7 @@ class RecordingProxy:
                             captured += chunk
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         self.wfile.flush()
-                    # recorded before the last chunk goes out: a client that has its answer finds its write here
+                    # recorded before the last chunk goes out: a client with its answer finds its write here
                     self._record(body, resp, bytes(captured))
                     self.wfile.write(b"0\r\n\r\n")
                 except (BrokenPipeError, ConnectionResetError, http.client.IncompleteRead):
