@@ -191,6 +191,9 @@ def _step_name(handle: asyncio.events.Handle) -> str:
     return repr(handle)[:200]
 
 
+SLOW_STEP = 0.0025  # steps of more CPU than this are listed (`--slow-steps`)
+
+
 class StepTimer:
     """The plugin's event-loop steps: every callback timed (stdlib loop), and a 1 ms probe's lateness."""
 
@@ -206,6 +209,7 @@ class StepTimer:
         self._gc_in_step = 0.0
         self.longest_own = 0.0
         self.longest_own_what = ""
+        self.slow: list[tuple[float, str]] = []  # (CPU seconds, what) of every step over SLOW_STEP
         self._orig: Any = None
 
     def _gc(self, phase: str, info: dict[str, int]) -> None:
@@ -243,6 +247,8 @@ class StepTimer:
                 if used > timer.longest_cpu:
                     timer.longest_cpu = used
                     timer.longest_what = before
+                if used > SLOW_STEP:
+                    timer.slow.append((used, before))
 
             def t_active() -> bool:
                 return time.perf_counter() >= timer.since
@@ -335,6 +341,7 @@ async def sync_run(pods: int, per_pod: int, loop_name: str = "asyncio") -> dict[
         "chunks": out["chunks"],
         "mb": out["bytes"] / 1e6,
         "what": steps.longest_what,
+        "slow_what": sorted(steps.slow, reverse=True),
     }
 
 
@@ -396,6 +403,11 @@ def sync_main(args: Any) -> None:
     )
     print("longest (CPU) step of the last run: " + results[-1]["what"])
     print("longest step without GC of the last run: " + results[-1]["own_what"])
+    if args.slow_steps:
+        for i, r in enumerate(results):
+            print(f"run {i + 1}: steps over {SLOW_STEP * 1e3:.1f} ms CPU: {len(r['slow_what'])}")
+            for used, what in r["slow_what"][: args.slow_steps]:
+                print(f"  {used * 1e3:5.1f} ms  {what}")
 
 
 def main() -> None:
@@ -406,6 +418,7 @@ def main() -> None:
     p.add_argument("--scenario", choices=["create", "sync", "all"], default="all")
     p.add_argument("--sync-pods", type=int, default=50)
     p.add_argument("--sync-per-pod", type=int, default=50)
+    p.add_argument("--slow-steps", type=int, default=0, help="list this many of each run's slowest steps")
     args = p.parse_args()
     if args.role == "runtime":
         run(runtime_role(args.socket, args.calls, args.pods, args.per_pod), args.loop)

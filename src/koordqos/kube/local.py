@@ -367,13 +367,22 @@ class LocalSources:
             if uid is not None:
                 await bus.publish(PodDeleted(uid))
         elif isinstance(event, RuntimeSynchronized):
-            # the runtime's full view: pods of sandboxes it no longer reports are gone, the rest upserted
-            grouped = containers_by_sandbox(event.containers)
+            # the runtime's full view: pods of sandboxes it no longer reports are gone, the rest upserted.
+            # Thousands of containers: each phase in slices, and from a fresh step (a phase starting in the
+            # step that ended the one before made steps of two slices)
+            clock = asyncio.get_running_loop().time
+            grouped: dict[str, list[RuntimeContainer]] = {}
+            until = clock() + SLICE_SECONDS
+            for i, c in enumerate(event.containers):
+                if i % 64 == 63 and clock() > until:
+                    await asyncio.sleep(0)
+                    until = clock() + SLICE_SECONDS
+                grouped.setdefault(c.sandbox_id, []).append(c)
+            await asyncio.sleep(0)
             self._published = {}
             self._infos = {}
             pods: list[PodInfo] = []
             uids: dict[str, str] = {}
-            clock = asyncio.get_running_loop().time
             until = clock() + SLICE_SECONDS
             for sb in event.sandboxes:
                 if clock() > until:
@@ -386,9 +395,15 @@ class LocalSources:
             self._sandbox_uids = uids
             self._ctr_sandbox = {}
             self._sandbox_ctrs = {}
-            for c in event.containers:
+            await asyncio.sleep(0)
+            until = clock() + SLICE_SECONDS
+            for i, c in enumerate(event.containers):
+                if i % 64 == 63 and clock() > until:
+                    await asyncio.sleep(0)
+                    until = clock() + SLICE_SECONDS
                 self._track(c.id, c.sandbox_id)
             self._dirty.clear()
+            await asyncio.sleep(0)
             await bus.publish(PodsReplaced(tuple(pods), source="nri"))
         elif isinstance(event, NRIConnectionChanged) and event.connected and event.runtime:
             self._runtime = event.runtime

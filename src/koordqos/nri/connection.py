@@ -32,6 +32,7 @@ from koordqos.nri.ttrpc import (
     Code,
     Message,
     MessageType,
+    RequestEnvelope,
     ServerStreams,
     TtrpcDecoder,
     decode_request,
@@ -47,7 +48,7 @@ _envelope_seen: SeenOnce[str] = SeenOnce()  # roles whose malformed envelope was
 
 # handler(request envelope, monotonic time the request was decoded) -> serialized Response envelope, or an
 # awaitable giving it (run on a task)
-RequestHandler = Callable[[ttrpc_pb2.Request, float], bytes | Awaitable[bytes]]
+RequestHandler = Callable[[RequestEnvelope, float], bytes | Awaitable[bytes]]
 # frame_check(conn_id, payload, that conn's decoder before the payload is fed) raises ProtocolError
 FrameCheck = Callable[[int, bytes, TtrpcDecoder], None]
 # after_reply(): called once a request answered from `data_received` has its reply written (or dropped)
@@ -77,7 +78,8 @@ class NRIConnection(asyncio.Protocol):
         self.serve_conn = serve_conn
         self.client_conn = client_conn
         self._frame_check = frame_check
-        self._mux = MuxDecoder(frozenset({serve_conn, client_conn}))
+        # large frames streamed to the ttrpc decoder, except where whole frames are checked (the mock runtime)
+        self._mux = MuxDecoder(frozenset({serve_conn, client_conn}), stream=frame_check is None)
         self._decoders = {serve_conn: TtrpcDecoder(), client_conn: TtrpcDecoder()}
         self._server_streams = ServerStreams()
         self._client_streams = ClientStreams()
@@ -208,7 +210,7 @@ class NRIConnection(asyncio.Protocol):
                 exc_info=exc,
             )
 
-    def _internal_error(self, req: ttrpc_pb2.Request, exc: Exception) -> bytes:
+    def _internal_error(self, req: RequestEnvelope, exc: Exception) -> bytes:
         log.error(
             "NRI request handler failed",
             role=self.role,
@@ -218,7 +220,7 @@ class NRIConnection(asyncio.Protocol):
         )
         return encode_response(code=Code.INTERNAL, message=f"{type(exc).__name__}: {exc}")
 
-    def _checked(self, req: ttrpc_pb2.Request, reply: bytes) -> bytes:
+    def _checked(self, req: RequestEnvelope, reply: bytes) -> bytes:
         if len(reply) > MAX_DATA_SIZE:
             # the peer would refuse it (and kill the connection): say so with a status it can handle
             log.error("NRI reply too large", role=self.role, method=req.method, size=len(reply))
@@ -228,7 +230,7 @@ class NRIConnection(asyncio.Protocol):
             )
         return reply
 
-    def _reply_now(self, stream_id: int, req: ttrpc_pb2.Request, reply: bytes) -> None:
+    def _reply_now(self, stream_id: int, req: RequestEnvelope, reply: bytes) -> None:
         """Write the reply from here when nothing is waiting to write, else queue it behind the waiter."""
         reply = self._checked(req, reply)
         transport = self._transport
@@ -243,7 +245,7 @@ class NRIConnection(asyncio.Protocol):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, stream_id: int, req: ttrpc_pb2.Request, pending: Awaitable[bytes]) -> None:
+    async def _serve(self, stream_id: int, req: RequestEnvelope, pending: Awaitable[bytes]) -> None:
         try:
             reply = await pending
         except ProtocolError as exc:

@@ -44,7 +44,6 @@ from koordqos.events.types import (
 from koordqos.hooks.core import Call, call_deadline, start_call
 from koordqos.nri import metrics as m
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.nri.api import ttrpc_pb2
 from koordqos.nri.connection import NRIConnection
 from koordqos.nri.events import (
     NRICall,
@@ -66,7 +65,10 @@ from koordqos.nri.mask import VALID_EVENTS_LEGACY, parse_event_mask, validate_ev
 from koordqos.nri.ttrpc import (
     WIRE_LEN,
     WIRE_VARINT,
+    BytesLike,
     Code,
+    RequestEnvelope,
+    as_buffer,
     bytes_field,
     encode_response,
     next_field,
@@ -112,7 +114,7 @@ class _ErrorReply(Exception):
 P = TypeVar("P", bound=ProtoMessage)
 # A method handler returns the reply payload, or (when something had to wait) a coroutine giving it.
 Reply = bytes | Coroutine[Any, Any, bytes]
-Handler = Callable[[bytes, float, int], Reply]
+Handler = Callable[[BytesLike, float, int], Reply]
 
 
 class MalformedPayload(ProtocolError):
@@ -120,11 +122,11 @@ class MalformedPayload(ProtocolError):
     connection is kept (only a broken byte stream drops it)."""
 
 
-def parse_payload(cls: type[P], payload: bytes, method: str) -> P:
+def parse_payload(cls: type[P], payload: BytesLike, method: str) -> P:
     """Decode a message of `cls`; MalformedPayload when it does not parse (whatever the parser raises)."""
     msg = cls()
     try:
-        msg.ParseFromString(payload)
+        msg.ParseFromString(as_buffer(payload))
     except (DecodeError, ValueError) as exc:
         raise MalformedPayload(f"{method}: payload does not parse as {cls.__name__}: {exc}") from None
     except Exception as exc:  # e.g. RecursionError from nesting: still just this message
@@ -148,7 +150,7 @@ class SyncChunk:
 
     __slots__ = ("_data", "_pos", "containers", "more", "pods")
 
-    def __init__(self, payload: bytes) -> None:
+    def __init__(self, payload: BytesLike) -> None:
         self._data = payload
         self._pos = 0
         self.pods: list[api.PodSandbox] = []
@@ -239,7 +241,7 @@ class PluginSession:
 
     # -- dispatch ---------------------------------------------------------------------------------
 
-    def handle(self, req: ttrpc_pb2.Request, received: float) -> Reply:
+    def handle(self, req: RequestEnvelope, received: float) -> Reply:
         """Serve one plugin-service request: the Response envelope, or a coroutine giving it when the call
         has to wait for something (the connection then runs it on a task). Calls whose hooks are
         synchronous (CreateContainer and the other container events) are answered right here, without a
@@ -273,7 +275,7 @@ class PluginSession:
                     self.bus.publish_nowait(item)
 
     async def _handle_later(
-        self, req: ttrpc_pb2.Request, received: float, pending: Coroutine[Any, Any, bytes]
+        self, req: RequestEnvelope, received: float, pending: Coroutine[Any, Any, bytes]
     ) -> bytes:
         try:
             payload = await pending
@@ -281,7 +283,7 @@ class PluginSession:
             return self._failed(req, received, exc)
         return self._done(req, received, "ok", encode_response(payload))
 
-    def _failed(self, req: ttrpc_pb2.Request, received: float, exc: Exception) -> bytes:
+    def _failed(self, req: RequestEnvelope, received: float, exc: Exception) -> bytes:
         """The reply for a handler that raised (a ProtocolError is re-raised: the connection goes)."""
         if isinstance(exc, _ErrorReply):
             return self._done(req, received, "error", encode_response(code=exc.code, message=exc.message))
@@ -311,7 +313,7 @@ class PluginSession:
             reply = encode_response()
         return self._done(req, received, "internal_error", reply)
 
-    def _done(self, req: ttrpc_pb2.Request, received: float, outcome: str, reply: bytes) -> bytes:
+    def _done(self, req: RequestEnvelope, received: float, outcome: str, reply: bytes) -> bytes:
         took = time.monotonic() - received
         method = req.method
         counter = _REQUESTS.get((method, outcome))
@@ -380,7 +382,7 @@ class PluginSession:
 
     # -- configure / synchronize ------------------------------------------------------------------
 
-    async def _configure(self, payload: bytes, received: float, timeout_nano: int) -> bytes:
+    async def _configure(self, payload: BytesLike, received: float, timeout_nano: int) -> bytes:
         req = parse_payload(api.ConfigureRequest, payload, "Configure")
         self.runtime = f"{req.runtime_name} {req.runtime_version}".strip()
         self.nri_version = req.NRI_version
@@ -421,7 +423,7 @@ class PluginSession:
         obs.NRI_CONNECTED.set(1)
         return api.ConfigureResponse(events=mask).SerializeToString()
 
-    async def _synchronize(self, payload: bytes, received: float, timeout_nano: int) -> bytes:
+    async def _synchronize(self, payload: BytesLike, received: float, timeout_nano: int) -> bytes:
         chunk = SyncChunk(payload)
         while not chunk.decode(time.perf_counter() + SLICE_SECONDS):
             await asyncio.sleep(0)  # a multi-MB chunk is decoded in slices, not in one loop step
@@ -464,6 +466,9 @@ class PluginSession:
     async def _replace_state(self, pods: list[api.PodSandbox], containers: list[api.Container]) -> None:
         """Make NodeState's runtime view exactly the synchronized one (stale entries from before go): the
         records are built in slices (≈ 10 µs each, thousands of them), then published as one event."""
+        # from a fresh step: the one that got here ran the chunk's last decoding slice (two slices in one
+        # step were the longest of a large Synchronize)
+        await asyncio.sleep(0)
         uid_of = {p.id: p.uid for p in pods}
         sandboxes: list[RuntimeSandbox] = []
         records: list[RuntimeContainer] = []
@@ -484,7 +489,7 @@ class PluginSession:
         self._publish(RuntimeSynchronized(tuple(sandboxes), tuple(records)))
         await asyncio.sleep(0)
 
-    async def _shutdown(self, payload: bytes, received: float, timeout_nano: int) -> bytes:
+    async def _shutdown(self, payload: BytesLike, received: float, timeout_nano: int) -> bytes:
         log.info("NRI runtime announced shutdown")
         return b""
 
@@ -500,7 +505,7 @@ class PluginSession:
             self._publish(RuntimeSandboxRemoved(pod.id))
 
     def _pod_rpc(self, req_cls: type[Any], cls: type[NRIPodEvent]) -> Handler:
-        async def handler(payload: bytes, received: float, tn: int) -> bytes:
+        async def handler(payload: BytesLike, received: float, tn: int) -> bytes:
             req = parse_payload(req_cls, payload, req_cls.__name__)
             await self._pod_event(cls, req.pod, received, tn)
             return b""
@@ -519,7 +524,7 @@ class PluginSession:
         if node.containers.get(ctr.id) != record:  # the same record again changes nothing: no event
             self._publish(RuntimeContainerUpserted(record))
 
-    def _create_container(self, payload: bytes, received: float, tn: int) -> Reply:
+    def _create_container(self, payload: BytesLike, received: float, tn: int) -> Reply:
         req = parse_payload(api.CreateContainerRequest, payload, "CreateContainer")
         self._container_upserted(req.pod, req.container, "created")
         event = NRICreateContainer(req.pod, req.container)
@@ -531,13 +536,13 @@ class PluginSession:
         return self._serve(event, received, tn, _empty)
 
     def _start_rpc(self, req_cls: type[Any], phase: str) -> Handler:
-        def handler(payload: bytes, received: float, tn: int) -> Reply:
+        def handler(payload: BytesLike, received: float, tn: int) -> Reply:
             req = parse_payload(req_cls, payload, req_cls.__name__)
             return self._start(phase, req.pod, req.container, received, tn)
 
         return handler
 
-    def _update_container(self, payload: bytes, received: float, tn: int) -> Reply:
+    def _update_container(self, payload: BytesLike, received: float, tn: int) -> Reply:
         req = parse_payload(api.UpdateContainerRequest, payload, "UpdateContainer")
         if req.HasField("linux_resources"):
             # NodeState keeps the resources being asked for, not the ones the update replaces
@@ -556,7 +561,7 @@ class PluginSession:
             lambda: api.UpdateContainerResponse(update=event.effective_updates()).SerializeToString(),
         )
 
-    def _stop_container(self, payload: bytes, received: float, tn: int) -> Reply:
+    def _stop_container(self, payload: BytesLike, received: float, tn: int) -> Reply:
         req = parse_payload(api.StopContainerRequest, payload, "StopContainer")
         self._container_upserted(req.pod, req.container, "stopped")
         event = NRIStopContainer(req.pod, req.container)
@@ -572,11 +577,11 @@ class PluginSession:
             NRIRemoveContainer(pod, ctr), received, tn, _empty, RuntimeContainerRemoved(ctr.id)
         )
 
-    def _remove_container(self, payload: bytes, received: float, tn: int) -> Reply:
+    def _remove_container(self, payload: BytesLike, received: float, tn: int) -> Reply:
         req = parse_payload(api.RemoveContainerRequest, payload, "RemoveContainer")
         return self._removed(req.pod, req.container, received, tn)
 
-    async def _state_change(self, payload: bytes, received: float, tn: int) -> bytes:
+    async def _state_change(self, payload: BytesLike, received: float, tn: int) -> bytes:
         """The pre-v0.12 (and fallback) route for the non-adjusting events."""
         req = parse_payload(api.StateChangeEvent, payload, "StateChange")
         ev = req.event
@@ -599,13 +604,13 @@ class PluginSession:
         return b""
 
     def _noop(self, req_cls: type[Any]) -> Handler:
-        async def handler(payload: bytes, received: float, tn: int) -> bytes:
+        async def handler(payload: BytesLike, received: float, tn: int) -> bytes:
             parse_payload(req_cls, payload, req_cls.__name__)
             return b""
 
         return handler
 
-    async def _validate(self, payload: bytes, received: float, tn: int) -> bytes:
+    async def _validate(self, payload: BytesLike, received: float, tn: int) -> bytes:
         parse_payload(api.ValidateContainerAdjustmentRequest, payload, "ValidateContainerAdjustment")
         return api.ValidateContainerAdjustmentResponse(reject=False).SerializeToString()
 
@@ -632,6 +637,7 @@ async def _awaited_call(pending: Coroutine[Any, Any, Call]) -> None:
 async def _sync_reply(event: NRISynchronize) -> tuple[bytes, int]:
     """`SynchronizeResponse{update = effective updates, more = false}` and the number of updates, encoded
     one update at a time (thousands of them cost tens of ms as one message) with a yield every slice."""
+    await asyncio.sleep(0)  # from a fresh step: the one that got here ran the hooks' last slice
     parts: list[bytes] = []
     clock = time.perf_counter
     until = clock() + SLICE_SECONDS

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
+from typing import Protocol, cast
 
 from google.protobuf.message import DecodeError
 
@@ -21,6 +22,12 @@ from koordqos.nri.api import ttrpc_pb2
 HEADER_SIZE = 10
 MAX_DATA_SIZE = 4 << 20  # ttrpc's message length limit (4 MiB)
 _HEADER = struct.Struct(">IIBB")
+# A message at least this long leaves the decoder in the buffer it was received into (a view, no copy), and
+# its Request envelope is split without copying the payload: a fresh copy of a multi-MB Synchronize costs
+# ~1.5 ms of page faults, three of them were one 4–7 ms step (docs/performance.md "Synchronize").
+HANDOVER_BYTES = 1 << 16
+
+BytesLike = bytes | memoryview
 
 
 class MessageType(enum.IntEnum):
@@ -52,7 +59,7 @@ class Message:
     stream_id: int
     type: int
     flags: int
-    data: bytes
+    data: BytesLike  # a memoryview for a message of HANDOVER_BYTES or more
 
 
 def encode_message(stream_id: int, mtype: int, data: bytes, flags: int = 0) -> bytes:
@@ -111,6 +118,14 @@ class TtrpcDecoder:
             if stop > end:
                 self._need = stop - pos
                 break
+            if length >= HANDOVER_BYTES:
+                # handed over, not copied: the buffer goes with the message, what follows it (usually
+                # nothing) starts a new one
+                view = memoryview(buf)[pos + HEADER_SIZE : stop]
+                self._buf = buf = buf[stop:]
+                out.append(Message(stream_id, mtype, flags, view))
+                pos, end = 0, len(buf)
+                continue
             out.append(Message(stream_id, mtype, flags, take_bytes(buf, pos + HEADER_SIZE, stop)))
             pos = stop
         else:
@@ -130,14 +145,73 @@ def encode_request(service: str, method: str, payload: bytes, timeout_nano: int 
     ).SerializeToString()
 
 
-def decode_request(data: bytes) -> ttrpc_pb2.Request:
-    """Parse a `Request` envelope; ProtocolError when it does not parse."""
+def as_buffer(data: BytesLike) -> bytes:
+    """`data` for protobuf's `ParseFromString`, which takes any buffer (its stubs say bytes): no copy."""
+    return cast(bytes, data)
+
+
+class RequestEnvelope(Protocol):
+    """What a request handler reads of a `Request` envelope (a parsed `ttrpc_pb2.Request`, or a
+    `LargeRequest` whose payload is a view)."""
+
+    @property
+    def service(self) -> str: ...
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def payload(self) -> BytesLike: ...
+
+    @property
+    def timeout_nano(self) -> int: ...
+
+
+class LargeRequest:
+    """A `Request` envelope of HANDOVER_BYTES or more: its fields parsed, its payload a view of the
+    received message (protobuf would copy it into a new bytes object)."""
+
+    __slots__ = ("method", "payload", "service", "timeout_nano")
+
+    def __init__(self, head: ttrpc_pb2.Request, payload: BytesLike) -> None:
+        self.service = head.service
+        self.method = head.method
+        self.timeout_nano = head.timeout_nano
+        self.payload = payload
+
+
+def decode_request(data: BytesLike) -> ttrpc_pb2.Request | LargeRequest:
+    """Parse a `Request` envelope (a handed-over one without copying its payload); ProtocolError when it
+    does not parse."""
+    if type(data) is memoryview and len(data) >= HANDOVER_BYTES:
+        return _decode_large_request(data)
     req = ttrpc_pb2.Request()
     try:
-        req.ParseFromString(data)
+        req.ParseFromString(as_buffer(data))
     except (DecodeError, ValueError) as exc:
         raise ProtocolError(f"malformed ttrpc Request envelope: {exc}") from None
     return req
+
+
+def _decode_large_request(data: memoryview) -> LargeRequest:
+    # every field but the payload (service, method, timeout, metadata: a few bytes) goes to protobuf, which
+    # checks them as ever; the payload is cut out as a view (the last one wins, as protobuf's parser does)
+    rest: list[memoryview] = []
+    payload: memoryview | None = None
+    pos, end = 0, len(data)
+    while pos < end:
+        number, wire, start, stop = next_field(data, pos)
+        if number == 3 and wire == WIRE_LEN:
+            payload = data[start:stop]
+        else:
+            rest.append(data[pos:stop])
+        pos = stop
+    head = ttrpc_pb2.Request()
+    try:
+        head.ParseFromString(b"".join(rest))
+    except (DecodeError, ValueError) as exc:
+        raise ProtocolError(f"malformed ttrpc Request envelope: {exc}") from None
+    return LargeRequest(head, payload if payload is not None else b"")
 
 
 def _varint(n: int) -> bytes:
@@ -154,7 +228,7 @@ def _varint(n: int) -> bytes:
 WIRE_VARINT, WIRE_I64, WIRE_LEN, WIRE_I32 = 0, 1, 2, 5
 
 
-def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: BytesLike, pos: int) -> tuple[int, int]:
     """The varint at `pos` and the position after it; ProtocolError when truncated or over 10 bytes."""
     result = 0
     shift = 0
@@ -171,7 +245,7 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
     raise ProtocolError("malformed protobuf varint")
 
 
-def next_field(data: bytes, pos: int) -> tuple[int, int, int, int]:
+def next_field(data: BytesLike, pos: int) -> tuple[int, int, int, int]:
     """(field number, wire type, start, end) of the protobuf field at `pos`: `data[start:end]` is the value
     (the bytes of a length-delimited one, the encoded varint or fixed-size value otherwise) and `end` is
     where the next field starts. ProtocolError for truncated data and groups (nothing we read has them)."""
@@ -210,11 +284,11 @@ def encode_response(payload: bytes = b"", code: int = Code.OK, message: str = ""
     return ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=code, message=message)).SerializeToString()
 
 
-def decode_response(data: bytes) -> ttrpc_pb2.Response:
+def decode_response(data: BytesLike) -> ttrpc_pb2.Response:
     """Parse a `Response` envelope; ProtocolError when it does not parse."""
     resp = ttrpc_pb2.Response()
     try:
-        resp.ParseFromString(data)
+        resp.ParseFromString(as_buffer(data))
     except (DecodeError, ValueError) as exc:
         raise ProtocolError(f"malformed ttrpc Response envelope: {exc}") from None
     return resp

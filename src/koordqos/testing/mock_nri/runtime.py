@@ -22,7 +22,7 @@ from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.api import ttrpc_pb2
 from koordqos.nri.connection import ConnectionClosedError, NRIConnection
 from koordqos.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN
-from koordqos.nri.ttrpc import MAX_DATA_SIZE, Code, encode_response
+from koordqos.nri.ttrpc import MAX_DATA_SIZE, Code, RequestEnvelope, as_buffer, encode_response
 from koordqos.testing.mock_nri.link import PluginLink
 from koordqos.testing.mock_nri.protocol import (
     EVENT_OF_METHOD,
@@ -134,7 +134,7 @@ class MockRuntime:
     def _make_conn(self) -> NRIConnection:
         holder: list[PluginLink] = []
 
-        async def serve(req: ttrpc_pb2.Request, received: float) -> bytes:
+        async def serve(req: RequestEnvelope, received: float) -> bytes:
             return await self._serve_runtime(holder[0], req)
 
         conn = NRIConnection(
@@ -204,12 +204,12 @@ class MockRuntime:
 
     # -- runtime service (conn 2) -----------------------------------------------------------------
 
-    async def _serve_runtime(self, link: PluginLink, req: ttrpc_pb2.Request) -> bytes:
+    async def _serve_runtime(self, link: PluginLink, req: RequestEnvelope) -> bytes:
         if req.service != RUNTIME_SERVICE:
             return encode_response(code=Code.UNIMPLEMENTED, message=f"service {req.service}")
         if req.method == "RegisterPlugin":
             reg = api.RegisterPluginRequest()
-            reg.ParseFromString(req.payload)
+            reg.ParseFromString(as_buffer(req.payload))
             problem = ""
             if not re.fullmatch(r"[0-9]{2}", reg.plugin_idx):
                 problem = f"invalid plugin index {reg.plugin_idx!r}, must be 2 digits"
@@ -229,7 +229,7 @@ class MockRuntime:
             return b""
         if req.method == "UpdateContainers":
             upd = api.UpdateContainersRequest()
-            upd.ParseFromString(req.payload)
+            upd.ParseFromString(as_buffer(req.payload))
             link.update_requests.append(upd)
             failed = await self.update_handler(upd) if self.update_handler else []
             return encode_response(api.UpdateContainersResponse(failed=failed).SerializeToString())
