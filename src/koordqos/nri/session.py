@@ -138,7 +138,7 @@ def parse_payload(cls: type[P], payload: BytesLike, method: str) -> P:
 
 _malformed_seen: SeenOnce[str] = SeenOnce()
 
-SLICE_SECONDS = 0.002  # the longest the Synchronize path runs between two yields to the event loop
+SLICE_SECONDS = 0.001  # the longest the Synchronize path runs between two yields (as convert.SLICE_SECONDS)
 BULK_DECODE_BYTES = 128 << 10  # Synchronize chunks up to this size are decoded in one go (≈ 0.5 ms)
 
 
