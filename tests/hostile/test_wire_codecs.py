@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from koordqos.errors import ProtocolError
 from koordqos.nri.mux import MuxDecoder, encode_frame
 from koordqos.nri.ttrpc import TtrpcDecoder, decode_request, decode_response, encode_message, encode_request
+from koordqos.testing.pieces import split_at
 
 valid_messages = st.lists(
     st.tuples(
@@ -30,24 +31,14 @@ def _feed_all(decoder: TtrpcDecoder | MuxDecoder, chunks: list[bytes]) -> tuple[
     return out, False
 
 
-def _split(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(data) + 1) for c in cuts})
-    pieces, last = [], 0
-    for p in points:
-        pieces.append(data[last:p])
-        last = p
-    pieces.append(data[last:])
-    return pieces
-
-
 @settings(max_examples=200, deadline=None)
 @given(data=st.binary(max_size=2000), cuts=st.lists(st.integers(0, 4000), max_size=10))
 def test_arbitrary_bytes_give_frames_or_protocol_error_in_any_split(data: bytes, cuts: list[int]) -> None:
     whole = _feed_all(MuxDecoder(), [data])
-    pieces = _feed_all(MuxDecoder(), _split(data, cuts))
+    pieces = _feed_all(MuxDecoder(), split_at(data, cuts))
     assert whole == pieces
     whole_t = _feed_all(TtrpcDecoder(), [data])
-    assert whole_t == _feed_all(TtrpcDecoder(), _split(data, cuts))
+    assert whole_t == _feed_all(TtrpcDecoder(), split_at(data, cuts))
 
 
 @settings(max_examples=150, deadline=None)
@@ -56,11 +47,11 @@ def test_valid_streams_round_trip_and_trailing_noise_never_raises_anything_else(
     msgs: list[tuple[int, int, bytes]], cuts: list[int], noise: bytes
 ) -> None:
     stream = b"".join(encode_message(sid, mtype, data) for sid, mtype, data in msgs)
-    decoded, failed = _feed_all(TtrpcDecoder(), _split(stream, cuts))
+    decoded, failed = _feed_all(TtrpcDecoder(), split_at(stream, cuts))
     assert not failed
     assert [(m.stream_id, m.type, m.data) for m in decoded] == msgs  # type: ignore[attr-defined]
     framed = encode_frame(1, stream)
-    frames, failed = _feed_all(MuxDecoder(), [*_split(framed, cuts), noise])
+    frames, failed = _feed_all(MuxDecoder(), [*split_at(framed, cuts), noise])
     # the frame is complete before the noise arrives; the noise may or may not be a broken header (both
     # fine: only ProtocolError may escape)
     assert frames[:1] == [(1, stream)]

@@ -27,17 +27,7 @@ from koordqos.nri.ttrpc import (
     encode_request,
     encode_response,
 )
-
-
-def _split(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(data) + 1) for c in cuts})
-    pieces, last = [], 0
-    for p in points:
-        pieces.append(data[last:p])
-        last = p
-    pieces.append(data[last:])
-    return pieces
-
+from koordqos.testing.pieces import split_at
 
 frames = st.lists(st.tuples(st.sampled_from([1, 2, 3]), st.binary(max_size=300)), max_size=8)
 
@@ -51,8 +41,8 @@ def test_a_streamed_frame_gives_each_conn_its_bytes_in_order_whatever_the_split(
     with mock.patch.object(mux_module, "STREAM_FRAME_BYTES", 16):  # frames of 16 bytes and more stream
         streaming = MuxDecoder(frozenset({1, 2}), stream=True)
         whole = MuxDecoder(frozenset({1, 2}))
-        got_streamed = [f for piece in _split(wire, cuts) for f in streaming.feed(piece)]
-        got_whole = [f for piece in _split(wire, cuts) for f in whole.feed(piece)]
+        got_streamed = [f for piece in split_at(wire, cuts) for f in streaming.feed(piece)]
+        got_whole = [f for piece in split_at(wire, cuts) for f in whole.feed(piece)]
     for conn in (1, 2):
         expected = b"".join(p for c, p in sent if c == conn)
         assert b"".join(p for c, p in got_streamed if c == conn) == expected
@@ -106,7 +96,7 @@ def test_handed_over_messages_equal_copied_ones_whatever_the_split(
     stream = b"".join(encode_message(sid, MessageType.REQUEST, data) for sid, data in msgs)
     with mock.patch.object(ttrpc_module, "HANDOVER_BYTES", 8):
         dec = TtrpcDecoder()
-        out = [m for piece in _split(stream, cuts) for m in dec.feed(piece)]
+        out = [m for piece in split_at(stream, cuts) for m in dec.feed(piece)]
     assert [(m.stream_id, bytes(m.data)) for m in out] == msgs
     assert all(isinstance(m.data, memoryview) == (len(m.data) >= 8) for m in out)
     assert dec.buffered == 0
