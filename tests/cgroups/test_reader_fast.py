@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from koordqos.cgroups.layout import CgroupDriver
@@ -58,7 +58,16 @@ def memory_stat(draw: st.DrawFn) -> tuple[bytes, bool]:
     return text.encode(), v2
 
 
+_V1_LRU = b"x 0\ntotal_inactive_anon 0\ntotal_active_anon 0\ntotal_inactive_file 0\ntotal_active_file 0\n"
+
+
 @given(memory_stat())
+# found by CI: the last of the five lines with two words for a value (a split into words read it as 12)
+@example((_V1_LRU + b"total_unevictable 12 34", False))
+@example((_V1_LRU + b"total_unevictable", False))  # and without one
+@example(
+    (b"x 0\ninactive_anon 1\nactive_anon 2\ninactive_file 3\nactive_file 4\nunevictable 5 6\nx 7\n", True)
+)
 def test_lru_of_equals_the_per_key_parse(case: tuple[bytes, bool]) -> None:
     stat, v2 = case
     assert lru_of(stat, v2) == per_key(stat, v2)

@@ -161,10 +161,15 @@ def lru_of(stat: bytes, v2: bool) -> tuple[int, int, int, int, int]:
     start = _LRU_START[v2]
     i = stat.find(start) if v2 else stat.rfind(start)
     if i >= 0:
-        words = stat[i + 1 :].split(None, 10)
-        if words[0:10:2] == keys:
+        # nine words and the rest: the last value is read to its line's end, as the per-key parse reads it
+        # (a line `unevictable 12 34` is malformed there; split into words, it would read as 12)
+        words = stat[i + 1 :].split(None, 9)
+        if len(words) == 10 and words[0:10:2] == keys:
             try:
-                inactive_anon, active_anon, inactive_file, active_file, unevictable = map(int, words[1:10:2])
+                inactive_anon, active_anon, inactive_file, active_file = map(int, words[1:9:2])
+                rest = words[9]
+                end = rest.find(b"\n")
+                unevictable = int(rest[:end] if end >= 0 else rest)
                 return inactive_anon, active_anon, inactive_file, active_file, unevictable
             except ValueError:
                 pass
