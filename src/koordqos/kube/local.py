@@ -371,13 +371,8 @@ class LocalSources:
             # Thousands of containers: each phase in slices, and from a fresh step (a phase starting in the
             # step that ended the one before made steps of two slices)
             clock = asyncio.get_running_loop().time
-            grouped: dict[str, list[RuntimeContainer]] = {}
-            until = clock() + SLICE_SECONDS
-            for i, c in enumerate(event.containers):
-                if i % 64 == 63 and clock() > until:
-                    await asyncio.sleep(0)
-                    until = clock() + SLICE_SECONDS
-                grouped.setdefault(c.sandbox_id, []).append(c)
+            await asyncio.sleep(0)
+            grouped = containers_by_sandbox(event.containers)  # one pass, ≈ 0.2 µs a container
             await asyncio.sleep(0)
             self._published = {}
             self._infos = {}
