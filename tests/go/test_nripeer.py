@@ -44,15 +44,12 @@ def peer() -> Path:
         pytest.skip(str(exc))
 
 
-def be_pod(pid: str, uid: str) -> dict[str, Any]:
-    spec = {
-        "containers": {
-            "main": {
-                "requests": {"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": str(256 * MI)},
-                "limits": {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": str(256 * MI)},
-            }
-        }
+def be_pod(pid: str, uid: str, names: tuple[str, ...] = ("main",)) -> dict[str, Any]:
+    batch = {
+        "requests": {"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": str(256 * MI)},
+        "limits": {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": str(256 * MI)},
     }
+    spec = {"containers": dict.fromkeys(names, batch)}
     return {
         "id": pid,
         "name": pid,
@@ -76,11 +73,13 @@ def lsr_pod(pid: str, uid: str) -> dict[str, Any]:
     }
 
 
-def container(cid: str, pod: dict[str, Any], state: str = "CONTAINER_UNKNOWN", **cpu: Any) -> dict[str, Any]:
+def container(
+    cid: str, pod: dict[str, Any], state: str = "CONTAINER_UNKNOWN", name: str = "main", **cpu: Any
+) -> dict[str, Any]:
     return {
         "id": cid,
         "pod_sandbox_id": pod["id"],
-        "name": "main",
+        "name": name,
         "state": state,
         "linux": {
             "cgroups_path": f"{pod['linux']['cgroup_parent']}/{cid}",
@@ -98,35 +97,10 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_koordqos_replies_through_the_real_adaptation(peer: Path, tmp_path: Path) -> None:
-    old = be_pod("old-sandbox", "0000aaaa-0000-4000-8000-000000000001")
-    new = be_pod("new-sandbox", "0000aaaa-0000-4000-8000-000000000002")
-    lsr = lsr_pod("lsr-sandbox", "0000aaaa-0000-4000-8000-000000000003")
-    old_ctr = container("a" * 64, old, "CONTAINER_RUNNING")
-    new_ctr = container("b" * 64, new)
-    lsr_ctr = container("c" * 64, lsr)
-    script = {
-        "pods": [old, new, lsr],
-        "containers": [old_ctr],
-        "steps": [
-            {"call": "RunPodSandbox", "pod": new["id"]},
-            {"call": "CreateContainer", "pod": new["id"], "container": new_ctr},
-            {
-                "call": "UpdateContainer",
-                "pod": new["id"],
-                "container": new_ctr["id"],
-                "resources": {"cpu": {"shares": {"value": "2"}}},
-            },
-            {"call": "RunPodSandbox", "pod": lsr["id"]},
-            {"call": "CreateContainer", "pod": lsr["id"], "container": lsr_ctr},
-        ],
-    }
+def run_script(peer: Path, tmp_path: Path, node: SyntheticNode, script: dict[str, Any]) -> dict[str, Any]:
+    """Run the agent (local mode, on `node`) against nripeer playing `script`; nripeer's JSON output."""
     script_path = tmp_path / "script.json"
     script_path.write_text(json.dumps(script))
-    node = SyntheticNode(tmp_path / "node")
-    for p in (old, new):
-        node.make_cgroup(f"kubepods/besteffort/pod{p['uid']}")
-    node.make_cgroup(f"kubepods/pod{lsr['uid']}")
     sock = (
         Path("/tmp") / f"kqpeer-{os.getpid()}.sock"
     )  # pytest's tmp_path can exceed a socket path's 107 bytes
@@ -157,28 +131,96 @@ def test_koordqos_replies_through_the_real_adaptation(peer: Path, tmp_path: Path
         raise
     finally:
         sock.unlink(missing_ok=True)
-    batch = {"shares": "1536", "quota": "200000", "memory": str(256 * MI)}
+    return out
 
-    def values(res: dict[str, Any]) -> dict[str, str]:
-        return {
-            "shares": res["cpu"]["shares"]["value"],
-            "quota": res["cpu"]["quota"]["value"],
-            "memory": res["memory"]["limit"]["value"],
-        }
 
+BATCH = {"shares": "1536", "quota": "200000", "memory": str(256 * MI)}
+
+
+def values(res: dict[str, Any]) -> dict[str, str]:
+    """The batch-resource fields of an NRI LinuxResources as nripeer prints it."""
+    return {
+        "shares": res["cpu"]["shares"]["value"],
+        "quota": res["cpu"]["quota"]["value"],
+        "memory": res["memory"]["limit"]["value"],
+    }
+
+
+def test_koordqos_replies_through_the_real_adaptation(peer: Path, tmp_path: Path) -> None:
+    old = be_pod("old-sandbox", "0000aaaa-0000-4000-8000-000000000001")
+    new = be_pod("new-sandbox", "0000aaaa-0000-4000-8000-000000000002")
+    lsr = lsr_pod("lsr-sandbox", "0000aaaa-0000-4000-8000-000000000003")
+    old_ctr = container("a" * 64, old, "CONTAINER_RUNNING")
+    new_ctr = container("b" * 64, new)
+    lsr_ctr = container("c" * 64, lsr)
+    script = {
+        "pods": [old, new, lsr],
+        "containers": [old_ctr],
+        "steps": [
+            {"call": "RunPodSandbox", "pod": new["id"]},
+            {"call": "CreateContainer", "pod": new["id"], "container": new_ctr},
+            {
+                "call": "UpdateContainer",
+                "pod": new["id"],
+                "container": new_ctr["id"],
+                "resources": {"cpu": {"shares": {"value": "2"}}},
+            },
+            {"call": "RunPodSandbox", "pod": lsr["id"]},
+            {"call": "CreateContainer", "pod": lsr["id"], "container": lsr_ctr},
+        ],
+    }
+    node = SyntheticNode(tmp_path / "node")
+    for p in (old, new):
+        node.make_cgroup(f"kubepods/besteffort/pod{p['uid']}")
+    node.make_cgroup(f"kubepods/pod{lsr['uid']}")
+    out = run_script(peer, tmp_path, node, script)
     # Synchronize: the existing BE container, created without koordqos, is corrected
     [sync] = out["synchronize_updates"]
     assert sync["container_id"] == old_ctr["id"]
-    assert values(sync["linux"]["resources"]) == batch
+    assert values(sync["linux"]["resources"]) == BATCH
 
     _, create_new, update_new, _, create_lsr = out["results"]
     assert [r.get("error", "") for r in out["results"]] == [""] * 5
-    assert values(create_new["response"]["adjust"]["linux"]["resources"]) == batch
+    assert values(create_new["response"]["adjust"]["linux"]["resources"]) == BATCH
     # UpdateContainer: the runtime's own entry for the container carries the batch values again
     [upd] = update_new["response"]["update"]
     assert upd["container_id"] == new_ctr["id"]
-    assert values(upd["linux"]["resources"]) == batch
+    assert values(upd["linux"]["resources"]) == BATCH
     # LSR: pinned to the scheduler's cpuset, CFS quota lifted
     lsr_res = create_lsr["response"]["adjust"]["linux"]["resources"]
     assert lsr_res["cpu"]["cpus"] == "1"
     assert lsr_res["cpu"]["quota"]["value"] == "-1"
+
+
+def test_a_large_synchronize_through_the_real_adaptation(peer: Path, tmp_path: Path) -> None:
+    """A Synchronize of 40 BE pods x 40 running containers (≈ 0.5 MB in one chunk: the mux streams the large
+    frame, the ttrpc decoder hands the message over, the envelope is split around its payload) as the real
+    runtime code frames it: every container corrected, and the calls after it answered."""
+    names = tuple(f"c{j}" for j in range(40))
+    pods = [be_pod(f"sync-{i:02d}", f"0000bbbb-0000-4000-8000-{i:012d}", names) for i in range(40)]
+    ctrs = [
+        container(f"{i:04x}{j:04x}".ljust(64, "e"), pod, "CONTAINER_RUNNING", name)
+        for i, pod in enumerate(pods)
+        for j, name in enumerate(names)
+    ]
+    new = be_pod("new-sandbox", "0000bbbb-0000-4000-8000-100000000000")
+    new_ctr = container("f" * 64, new)
+    script = {
+        "pods": [*pods, new],
+        "containers": ctrs,
+        "steps": [
+            {"call": "RunPodSandbox", "pod": new["id"]},
+            {"call": "CreateContainer", "pod": new["id"], "container": new_ctr},
+        ],
+    }
+    assert len(json.dumps(script)) > 500_000  # the Synchronize is far above the 64 KiB hand-over size
+    node = SyntheticNode(tmp_path / "node")
+    for p in [*pods, new]:
+        node.make_cgroup(f"kubepods/besteffort/pod{p['uid']}")
+    out = run_script(peer, tmp_path, node, script)
+
+    updates = out["synchronize_updates"]
+    assert sorted(u["container_id"] for u in updates) == sorted(c["id"] for c in ctrs)
+    assert all(values(u["linux"]["resources"]) == BATCH for u in updates)
+    assert [r.get("error", "") for r in out["results"]] == ["", ""]
+    assert values(out["results"][1]["response"]["adjust"]["linux"]["resources"]) == BATCH
