@@ -46,6 +46,7 @@ from koordqos.hooks.resources import ExtendedResourceSpec, ExtendedResourceSpecE
 from koordqos.model.pod import PodInfo
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.events import (
+    SYNC_SLICE_SECONDS,
     NRICall,
     NRICreateContainer,
     NRIRemovePodSandbox,
@@ -58,9 +59,6 @@ from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.nri.convert")
 
-# the longest a Synchronize runs its hooks between two yields to the event loop: 1 ms, so that a slice, what
-# it overruns by and a collection inside it stay under the 5 ms step budget on a loaded machine (2 ms: 4–6)
-SLICE_SECONDS = 0.001
 DIR_MEMO_BYTES = 256 * 1024  # the cgroup-parent memo's budget (koordqos.once.BoundedMemo)
 DIR_MEMO_ENTRY_BYTES = 4096  # a parent longer than this is checked every time, never memoised
 
@@ -338,11 +336,11 @@ class NRIHooks:
         pods = {p.id: p for p in event.pods}
         views: dict[str, PodView] = {}
         clock = time.perf_counter
-        until = clock() + SLICE_SECONDS
+        until = clock() + SYNC_SLICE_SECONDS
         for i, ctr in enumerate(event.containers):
             if i % 4 == 3 and clock() > until:  # a container is ≈ 50 µs: little overrun
                 await asyncio.sleep(0)
-                until = clock() + SLICE_SECONDS
+                until = clock() + SYNC_SLICE_SECONDS
             if call.timed_out:
                 break  # past the deadline: send what was computed, the reconciler covers the rest
             if ctr.state not in _LIVE_STATES:

@@ -46,6 +46,7 @@ from koordqos.nri import metrics as m
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.connection import NRIConnection
 from koordqos.nri.events import (
+    SYNC_SLICE_SECONDS,
     NRICall,
     NRICreateContainer,
     NRIPodEvent,
@@ -137,7 +138,6 @@ def parse_payload(cls: type[P], payload: BytesLike, method: str) -> P:
 
 _malformed_seen: SeenOnce[str] = SeenOnce()
 
-SLICE_SECONDS = 0.001  # the longest the Synchronize path runs between two yields (as convert.SLICE_SECONDS)
 BULK_DECODE_BYTES = 128 << 10  # Synchronize chunks up to this size are decoded in one go (≈ 0.5 ms)
 
 
@@ -424,7 +424,7 @@ class PluginSession:
 
     async def _synchronize(self, payload: BytesLike, received: float, timeout_nano: int) -> bytes:
         chunk = SyncChunk(payload)
-        while not chunk.decode(time.perf_counter() + SLICE_SECONDS):
+        while not chunk.decode(time.perf_counter() + SYNC_SLICE_SECONDS):
             await asyncio.sleep(0)  # a multi-MB chunk is decoded in slices, not in one loop step
         if self._sync_started is None:
             self._sync_started = received  # one request timeout covers the whole chunked exchange
@@ -472,17 +472,17 @@ class PluginSession:
         sandboxes: list[RuntimeSandbox] = []
         records: list[RuntimeContainer] = []
         clock = time.perf_counter
-        until = clock() + SLICE_SECONDS
+        until = clock() + SYNC_SLICE_SECONDS
         for i, pod in enumerate(pods):
             sandboxes.append(runtime_sandbox(pod))
             if i % 16 == 15 and clock() > until:
                 await asyncio.sleep(0)
-                until = clock() + SLICE_SECONDS
+                until = clock() + SYNC_SLICE_SECONDS
         for i, ctr in enumerate(containers):
             records.append(runtime_container(ctr, uid_of.get(ctr.pod_sandbox_id, "")))
             if i % 16 == 15 and clock() > until:
                 await asyncio.sleep(0)
-                until = clock() + SLICE_SECONDS
+                until = clock() + SYNC_SLICE_SECONDS
         # NodeState takes in the thousands of records at once (≈ 2 ms for 2,500): a step of its own
         await asyncio.sleep(0)
         self._publish(RuntimeSynchronized(tuple(sandboxes), tuple(records)))
@@ -639,11 +639,11 @@ async def _sync_reply(event: NRISynchronize) -> tuple[bytes, int]:
     await asyncio.sleep(0)  # from a fresh step: the one that got here ran the hooks' last slice
     parts: list[bytes] = []
     clock = time.perf_counter
-    until = clock() + SLICE_SECONDS
+    until = clock() + SYNC_SLICE_SECONDS
     for i, upd in enumerate(event.updates):
         if i % 16 == 15 and clock() > until:
             await asyncio.sleep(0)
-            until = clock() + SLICE_SECONDS
+            until = clock() + SYNC_SLICE_SECONDS
         if upd.container_id and upd.linux.resources.ByteSize() > 0:  # as `effective_updates()`
             parts.append(bytes_field(1, upd.SerializeToString()))
     return b"".join(parts), len(parts)  # `more` false: proto3 leaves it out
@@ -655,12 +655,12 @@ async def _release(*lists: list[Any]) -> None:
     clock = time.perf_counter
     for items in lists:
         await asyncio.sleep(0)  # each list from a fresh step: what ran before (the reply's encoding) and
-        until = clock() + SLICE_SECONDS  # what runs after (the reply's write) are steps of their own
+        until = clock() + SYNC_SLICE_SECONDS  # what runs after (the reply's write) are steps of their own
         while items:
             del items[-64:]
             if clock() > until:
                 await asyncio.sleep(0)
-                until = clock() + SLICE_SECONDS
+                until = clock() + SYNC_SLICE_SECONDS
     await asyncio.sleep(0)
 
 

@@ -184,11 +184,11 @@ class LargeRequest:
 def decode_request(data: BytesLike) -> ttrpc_pb2.Request | LargeRequest:
     """Parse a `Request` envelope (a handed-over one without copying its payload); ProtocolError when it
     does not parse."""
-    if type(data) is memoryview and len(data) >= HANDOVER_BYTES:
+    if type(data) is memoryview:  # only a message of HANDOVER_BYTES or more is handed over as a view
         return _decode_large_request(data)
     req = ttrpc_pb2.Request()
     try:
-        req.ParseFromString(data)  # type: ignore[arg-type]  # as as_buffer, without a call on the hot path
+        req.ParseFromString(data)  # bytes here: a view went to _decode_large_request
     except (DecodeError, ValueError) as exc:
         raise ProtocolError(f"malformed ttrpc Request envelope: {exc}") from None
     return req
