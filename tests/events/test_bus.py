@@ -15,6 +15,7 @@ from koordqos.events.types import (
     SourceSynced,
 )
 from koordqos.model.pod import PodInfo
+from koordqos.observability import REGISTRY
 from koordqos.state import NodeState
 from koordqos.testing.poll import wait_until
 
@@ -142,3 +143,110 @@ async def test_duplicate_names_are_refused() -> None:
     bus.subscribe("x", lambda e, s: None)
     with pytest.raises(ValueError, match="already"):
         bus.subscribe("x", lambda e, s: None)
+
+
+# -- immediate delivery -------------------------------------------------------------------------------
+
+
+async def test_an_idle_subscriber_takes_the_event_in_the_publishers_step(bus: EventBus) -> None:
+    taken: list[tuple[str, int]] = []
+    queued: list[str] = []
+    bus.subscribe(
+        "a",
+        lambda e, s: queued.append(e.pod.uid),
+        PodUpserted,
+        immediate=lambda e, s: taken.append((e.pod.uid, s.generation)) is None,
+    )
+    await wait_until(lambda: bus.running, message="the bus runs")
+    bus.publish_nowait(PodUpserted(pod(1)))
+    assert taken == [("uid-1", bus.state.generation)]  # before publish returned, with the state after it
+    await bus.publish(PodUpserted(pod(2)))
+    assert [u for u, _ in taken] == ["uid-1", "uid-2"]
+    await bus.drained()
+    assert queued == []
+    assert bus.subscriptions[0].handled == 2
+
+
+async def test_what_the_immediate_handler_declines_goes_to_the_task(bus: EventBus) -> None:
+    seen: list[str] = []
+    bus.subscribe(
+        "a",
+        lambda e, s: seen.append(f"task:{e.pod.uid}"),
+        PodUpserted,
+        immediate=lambda e, s: e.pod.uid == "uid-1" and seen.append(f"now:{e.pod.uid}") is None,
+    )
+    await wait_until(lambda: bus.running, message="the bus runs")
+    for i in range(3):
+        bus.publish_nowait(PodUpserted(pod(i)))
+    await bus.drained()
+    # uid-0 was declined and queued: uid-1 found it queued, so it queued behind it (order kept)
+    assert seen == ["task:uid-0", "task:uid-1", "task:uid-2"]
+
+
+async def test_a_busy_subscriber_keeps_its_order(bus: EventBus) -> None:
+    seen: list[str] = []
+    release = asyncio.Event()
+
+    async def slow(e: PodUpserted, s: NodeState) -> None:
+        if e.pod.uid == "uid-0":
+            await release.wait()
+        seen.append(f"task:{e.pod.uid}")
+
+    bus.subscribe("a", slow, PodUpserted, immediate=lambda e, s: seen.append(f"now:{e.pod.uid}") is None)
+    await wait_until(lambda: bus.running, message="the bus runs")
+    sub = bus.subscriptions[0]
+    sub.queue.append((PodUpserted(pod(0)), bus.state))  # as if published before the bus ran
+    sub.wakeup.set()
+    await wait_until(lambda: sub.busy, message="the slow handler runs")
+    bus.publish_nowait(PodUpserted(pod(1)))  # the subscriber is busy: queued, not taken now
+    assert seen == []
+    release.set()
+    await bus.drained()
+    assert seen == ["task:uid-0", "task:uid-1"]
+    bus.publish_nowait(PodUpserted(pod(2)))  # idle again: taken now
+    assert seen[-1] == "now:uid-2"
+
+
+def errors_of(subscriber: str) -> float:
+    return (
+        REGISTRY.get_sample_value("koordqos_bus_subscriber_errors_total", {"subscriber": subscriber}) or 0.0
+    )
+
+
+async def test_a_failing_immediate_handler_is_counted_and_the_others_still_get_the_event(
+    bus: EventBus,
+) -> None:
+    def boom(e: PodUpserted, s: NodeState) -> bool:
+        raise RuntimeError("boom")
+
+    got: list[str] = []
+    bus.subscribe("bad", lambda e, s: None, PodUpserted, immediate=boom)
+    bus.subscribe(
+        "good", lambda e, s: None, PodUpserted, immediate=lambda e, s: got.append(e.pod.uid) is None
+    )
+    await wait_until(lambda: bus.running, message="the bus runs")
+    before = errors_of("bad")
+    bus.publish_nowait(PodUpserted(pod(1)))
+    bus.publish_nowait(PodUpserted(pod(2)))
+    assert got == ["uid-1", "uid-2"]
+    assert bus.subscriptions[0].failed == 2
+    assert errors_of("bad") == before + 2
+
+
+async def test_before_the_bus_runs_events_wait_in_the_queue() -> None:
+    bus = EventBus()
+    seen: list[str] = []
+    bus.subscribe(
+        "a",
+        lambda e, s: seen.append(f"task:{e.pod.uid}"),
+        PodUpserted,
+        immediate=lambda e, s: seen.append("now") is None,
+    )
+    bus.publish_nowait(PodUpserted(pod(1)))
+    assert seen == []
+    task = asyncio.create_task(bus.run())
+    try:
+        await wait_until(lambda: seen == ["task:uid-1"], message="the queued event handled by the task")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

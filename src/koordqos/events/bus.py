@@ -7,6 +7,11 @@ Delivery contract:
   that subscriber's queue, moving to the tail, so per-subscriber order is kept and ticks never pile up.
   Other events are never dropped: when a queue holds `queue_size` of them, `publish` waits for room
   (`publish_nowait` exceeds the bound instead, and counts it).
+* A subscriber may also give an `immediate` handler: a synchronous one that takes the event in the
+  publisher's own step when the subscriber has nothing queued and is not busy (so its order is kept),
+  and returns False to leave the event to its task after all. It saves the task's wake-up (two loop
+  callbacks and a future) for handlers that only note something, such as "a pod changed: pass again".
+  An immediate handler must not publish.
 
 Runtime calls that need an answer (NRI, proxy) do not go through the bus: the hook core
 (`koordqos.hooks.core`) serves them.
@@ -30,6 +35,7 @@ from koordqos.state import NodeState, reduce
 log = structlog.get_logger("koordqos.bus")
 
 Handler = Callable[[Any, NodeState], Awaitable[None] | None]
+Immediate = Callable[[Any, NodeState], bool]  # True: taken in the publisher's step; False: left to the task
 _EVENT_COUNTERS: dict[type[Event], Any] = {}
 Reducer = Callable[[NodeState, Event], NodeState]
 
@@ -42,6 +48,7 @@ class Subscription:
     types: tuple[type[Event], ...]
     handler: Handler
     queue_size: int
+    immediate: Immediate | None = None
     queue: deque[tuple[Event, NodeState]] = field(default_factory=deque)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     room: asyncio.Event = field(default_factory=asyncio.Event)
@@ -94,6 +101,11 @@ class EventBus:
         return self._state
 
     @property
+    def running(self) -> bool:
+        """Whether the subscribers' tasks run (`run` started and not ended)."""
+        return self._running
+
+    @property
     def subscriptions(self) -> tuple[Subscription, ...]:
         """All subscriptions, in registration order."""
         return tuple(self._subs)
@@ -104,11 +116,14 @@ class EventBus:
         handler: Handler,
         *types: type[Event],
         queue_size: int | None = None,
+        immediate: Immediate | None = None,
     ) -> Subscription:
-        """Deliver events of `types` (and their subclasses) to `handler(event, state)` on its own task."""
+        """Deliver events of `types` (and their subclasses) to `handler(event, state)` on its own task, or
+        to `immediate(event, state)` in the publisher's step when nothing is queued before the event and
+        it returns True (see the module's docstring)."""
         if any(s.name == name for s in self._subs):
             raise ValueError(f"subscriber {name!r} already registered")
-        sub = Subscription(name, types or (Event,), handler, queue_size or self._queue_size)
+        sub = Subscription(name, types or (Event,), handler, queue_size or self._queue_size, immediate)
         sub.room.set()
         self._subs.append(sub)
         self._by_type.clear()
@@ -134,7 +149,11 @@ class EventBus:
 
     async def publish(self, event: Event) -> None:
         """Reduce `event` into the state and queue it for its subscribers, waiting while a queue is full."""
+        state = None
         for sub in self._apply(event):
+            state = state or self._state
+            if sub.immediate is not None and self._taken_now(sub, event, state):
+                continue
             while not event.coalesce and sub.full():
                 obs.BUS_BACKPRESSURE.labels(sub.name).inc()
                 sub.room.clear()
@@ -146,8 +165,25 @@ class EventBus:
         state = None
         for sub in self._apply(event):
             state = state or self._state
+            if sub.immediate is not None and self._taken_now(sub, event, state):
+                continue
             if not sub.offer(event, state):
                 obs.BUS_BACKPRESSURE.labels(sub.name).inc()
+
+    def _taken_now(self, sub: Subscription, event: Event, state: NodeState) -> bool:
+        """Whether `sub`'s immediate handler took `event` in this step: only when the bus runs and nothing
+        of `sub` is queued or being handled, which keeps the subscriber's order."""
+        if not self._running or sub.queue or sub.busy:
+            return False
+        assert sub.immediate is not None
+        try:
+            if not sub.immediate(event, state):
+                return False
+        except Exception as exc:  # the publisher goes on; the failure is the subscriber's
+            self._failed(sub, event, exc)
+            return True
+        sub.handled += 1
+        return True
 
     # -- subscriber tasks -------------------------------------------------------------------------
 
@@ -189,17 +225,21 @@ class EventBus:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                sub.failed += 1
-                obs.SUBSCRIBER_ERRORS.labels(sub.name).inc()
-                log.error(
-                    "subscriber failed",
-                    subscriber=sub.name,
-                    event_type=type(event).__name__,
-                    error=f"{type(exc).__name__}: {exc}",
-                    exc_info=exc,
-                )
+                self._failed(sub, event, exc)
             finally:
                 sub.busy = False
+
+    @staticmethod
+    def _failed(sub: Subscription, event: Event, exc: Exception) -> None:
+        sub.failed += 1
+        obs.SUBSCRIBER_ERRORS.labels(sub.name).inc()
+        log.error(
+            "subscriber failed",
+            subscriber=sub.name,
+            event_type=type(event).__name__,
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=exc,
+        )
 
     async def drained(self, timeout: float = 5.0) -> None:
         """Wait until every subscriber has handled everything queued so far (for tests and shutdown)."""

@@ -132,13 +132,18 @@ class HookReconciler:
         self.last: PassResult | None = None
         self._pass_errors_logged: SeenOnce[str] = SeenOnce(MAX_WARNED)  # pass failure texts logged
         if bus is not None:
-            bus.subscribe(self.name, self._on_event, *TRIGGERS)
+            bus.subscribe(self.name, self._on_event, *TRIGGERS, immediate=self._noted)
 
     # -- component --------------------------------------------------------------------------------
 
     def _on_event(self, event: Event, state: NodeState) -> None:
         self._trigger = type(event).__name__
         self._wake.set()
+
+    def _noted(self, event: Event, state: NodeState) -> bool:
+        """The bus's immediate delivery: noting the trigger needs no task of its own."""
+        self._on_event(event, state)
+        return True
 
     async def run(self) -> None:
         """Pass at start, then every interval and after changes."""

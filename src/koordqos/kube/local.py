@@ -298,6 +298,7 @@ class LocalSources:
             RuntimeContainerUpserted,
             RuntimeContainerRemoved,
             NRIConnectionChanged,
+            immediate=self._container_changed,
         )
 
     def _info_of(self, ctr: RuntimeContainer, kube_qos: KubeQoS, runtime_name: str) -> ContainerInfo:
@@ -341,17 +342,26 @@ class LocalSources:
                     del self._sandbox_ctrs[sid]
         return sid
 
-    async def _on_runtime(self, event: Any, state: NodeState) -> None:
-        bus = self.bus
+    def _container_changed(self, event: Any, state: NodeState) -> bool:
+        """A container event: note its pod for the next flush (False for any other event). The bus calls
+        it in the publisher's step when nothing is queued before the event, else from `_on_runtime`."""
         if isinstance(event, RuntimeContainerUpserted):
             ctr = event.container
             self._track(ctr.id, ctr.sandbox_id)
             self._mark(ctr.sandbox_id)
-        elif isinstance(event, RuntimeContainerRemoved):
+            return True
+        if isinstance(event, RuntimeContainerRemoved):
             sid = self._forget_container(event.id)
             if sid is not None:
                 self._mark(sid)
-        elif isinstance(event, RuntimeSandboxUpserted):
+            return True
+        return False
+
+    async def _on_runtime(self, event: Any, state: NodeState) -> None:
+        bus = self.bus
+        if self._container_changed(event, state):
+            return
+        if isinstance(event, RuntimeSandboxUpserted):
             sb = event.sandbox
             self._published.pop(sb.id, None)  # labels and annotations may have changed: always publish
             pod = self._pod(sb, state.containers_of(sb.id).values())

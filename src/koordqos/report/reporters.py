@@ -355,10 +355,15 @@ class TopologyReporter:
         # the inputs of the last computation: unchanged inputs reuse its result (the 3 s timer costs ~nothing)
         self._last_inputs: NRTInputs | None = None
         self._last_desired: NRTDesired | None = None
-        bus.subscribe("nrt-triggers", self._on_change, *_NRT_TRIGGERS)
+        bus.subscribe("nrt-triggers", self._on_change, *_NRT_TRIGGERS, immediate=self._noted)
 
     def _on_change(self, event: Event, state: NodeState) -> None:
         self._wake.set()
+
+    def _noted(self, event: Event, state: NodeState) -> bool:
+        """The bus's immediate delivery: waking the reporter needs no task of its own."""
+        self._wake.set()
+        return True
 
     def _warn_once(self, key: str, msg: str, level: str = "warning", **kw: object) -> None:
         if self._said.first(key):
