@@ -7,6 +7,8 @@ around `adaptation.CreateContainer`. The plugins:
   synthetic node tree, so its pod-level writes land in a temp dir;
 * the yardstick: `tests/go/stubplugin`, a compiled plugin on `pkg/stub` filling the same three batch values.
 Each run measures both, one after the other; the figures are medians over runs. Needs Go (skips otherwise).
+`--cpu` adds each plugin's CPU per call: its process's CPU time in a run of 6× the calls minus a run of the
+calls, divided by the difference (start-up and warm-up cancel out).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from _common import machine, median, percentile, table
@@ -33,6 +37,28 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
+class CPUWatch:
+    """The CPU seconds (user + system) a process has used, read from /proc until it exits."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seconds = 0.0
+        self._tick = os.sysconf("SC_CLK_TCK")
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                with open(f"/proc/{self.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                return  # gone: the last reading stands
+            if fields[0] == "Z":
+                return
+            self.seconds = (int(fields[11]) + int(fields[12])) / self._tick
+            time.sleep(0.02)
+
+
 def one(
     peer: Path,
     plugin: str,
@@ -40,8 +66,11 @@ def one(
     calls: int,
     event_loop: str | None = None,
     distinct: bool = False,
+    busy_poll: float | None = None,
 ) -> dict[str, float]:
-    """One measurement of `plugin` ("koordqos" | "stub"): p50/p99 in µs."""
+    """One measurement of `plugin` ("koordqos" | "stub"): p50/p99 in µs, and the CPU seconds its process
+    used in all ("cpu")."""
+    watch: list[CPUWatch] = []
     tmp = Path(tempfile.mkdtemp(prefix="kqnrireal-", dir="/tmp"))
     sock = tmp / "nri.sock"
     try:
@@ -72,9 +101,13 @@ def one(
                 ]
                 if event_loop is not None:
                     cmd += ["--event-loop", event_loop]
+                if busy_poll is not None:
+                    cmd += ["--nri-busy-poll-seconds", str(busy_poll)]
             env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
             env["HOME"] = str(tmp)
-            return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+            watch.append(CPUWatch(proc.pid))
+            return proc
 
         args = ["-bench", str(calls), *(["-distinct"] if distinct else [])]
         out = run_peer(peer, sock, args, start, timeout=600)
@@ -83,7 +116,8 @@ def one(
     if out["adjusted"] != calls:
         raise SystemExit(f"{plugin}: only {out['adjusted']} of {calls} CreateContainer replies were adjusted")
     ns = out["ns"][calls // 10 :]  # the first tenth warms both up (imports, caches)
-    return {"p50": percentile(ns, 50) / 1e3, "p99": percentile(ns, 99) / 1e3}
+    cpu = watch[0].seconds if watch else 0.0
+    return {"p50": percentile(ns, 50) / 1e3, "p99": percentile(ns, 99) / 1e3, "cpu": cpu}
 
 
 def main() -> None:
@@ -103,6 +137,14 @@ def main() -> None:
         help="a new container for every call (the one of 16 calls earlier removed, untimed), as on a real "
         "node; default: 16 container ids in turn",
     )
+    p.add_argument(
+        "--busy-poll",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the agent's --nri-busy-poll-seconds (default: the agent's own default; 0: off)",
+    )
+    p.add_argument("--cpu", action="store_true", help="also measure each plugin's CPU per call")
     args = p.parse_args()
     calls = 300 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
@@ -113,16 +155,22 @@ def main() -> None:
         print(f"NRI real-runtime benchmark skipped: {exc}")
         return
     results: dict[str, list[dict[str, float]]] = {"koordqos": [], "stub": []}
+    cpu: dict[str, list[float]] = {"koordqos": [], "stub": []}  # µs per call
     for _ in range(runs):
         for plugin in ("stub", "koordqos"):
-            results[plugin].append(one(peer, plugin, stub, calls, args.event_loop, args.distinct))
+            res = one(peer, plugin, stub, calls, args.event_loop, args.distinct, args.busy_poll)
+            results[plugin].append(res)
+            if args.cpu:
+                long = one(peer, plugin, stub, 6 * calls, args.event_loop, args.distinct, args.busy_poll)
+                cpu[plugin].append((long["cpu"] - res["cpu"]) / (5 * calls) * 1e6)
     load = os.getloadavg()
     med = {pl: {k: median([r[k] for r in rs]) for k in ("p50", "p99")} for pl, rs in results.items()}
     ratios = {k: med["koordqos"][k] / med["stub"][k] for k in ("p50", "p99")}
     print(
         f"NRI real runtime (containerd/nri pkg/adaptation) — {machine()}; {calls} CreateContainer calls, "
         f"{'a new container each' if args.distinct else '16 container ids in turn'}; "
-        f"median of {runs} run(s); agent event loop {args.event_loop or 'default'}; load average "
+        f"median of {runs} run(s); agent event loop {args.event_loop or 'default'}; busy poll "
+        f"{'default' if args.busy_poll is None else args.busy_poll}; load average "
         f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
     print(
@@ -140,6 +188,12 @@ def main() -> None:
         for k, s in zip(results["koordqos"], results["stub"], strict=True)
     ]
     print("per run (koordqos p50/p99 vs Go p50/p99, µs): " + "; ".join(per_run))
+    if args.cpu:
+        print(
+            f"CPU per call (median; per run): koordqos {median(cpu['koordqos']):.0f} µs "
+            f"({', '.join(f'{c:.0f}' for c in cpu['koordqos'])}), Go plugin {median(cpu['stub']):.0f} µs "
+            f"({', '.join(f'{c:.0f}' for c in cpu['stub'])})"
+        )
 
 
 if __name__ == "__main__":

@@ -78,6 +78,9 @@ class NRISettings(_Group):
     connect_timeout_seconds: float = Field(6.0, gt=0)
     backoff_seconds: float = Field(1.0, gt=0)
     backoff_cap_seconds: float = Field(30.0, gt=0)
+    # after a reply, poll for the runtime's next request this long before the loop sleeps (nri/busypoll.py;
+    # 0: off). Project decision: on by default (docs/performance.md, "Busy-polling after a reply")
+    busy_poll_seconds: float = Field(0.0001, ge=0, le=0.01)
     # how many runtime objects NodeState keeps (koordqos.nri.limits): far above a real node's
     max_pod_sandboxes: int = Field(1024, ge=1)
     max_containers: int = Field(8192, ge=1)
@@ -326,6 +329,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("nri-plugin-name", "nri.plugin_name", "NRI plugin name"),
     Flag("nri-plugin-index", "nri.plugin_index", "NRI plugin index (two digits)"),
     Flag("nri-backoff-cap-seconds", "nri.backoff_cap_seconds", "maximum NRI reconnect backoff", float),
+    Flag(
+        "nri-busy-poll-seconds",
+        "nri.busy_poll_seconds",
+        "after an NRI reply, poll this long for the next request before sleeping (0: off)",
+        float,
+    ),
     Flag(
         "nri-max-pod-sandboxes",
         "nri.max_pod_sandboxes",

@@ -25,6 +25,7 @@ import structlog
 from koordqos.errors import KoordQoSError, ProtocolError, TimeoutException, detached
 from koordqos.nri import metrics as m
 from koordqos.nri.api import ttrpc_pb2
+from koordqos.nri.busypoll import BusyPoll
 from koordqos.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, MuxDecoder, frames_for
 from koordqos.nri.ttrpc import (
     MAX_DATA_SIZE,
@@ -71,9 +72,11 @@ class NRIConnection(asyncio.Protocol):
         client_conn: int = RUNTIME_SERVICE_CONN,
         frame_check: FrameCheck | None = None,
         after_reply: AfterReply | None = None,
+        busy_poll: float = 0.0,
     ) -> None:
         self._handler = handler
         self._after_reply = after_reply
+        self._busy = BusyPoll(busy_poll)
         self.role = role
         self.serve_conn = serve_conn
         self.client_conn = client_conn
@@ -93,6 +96,11 @@ class NRIConnection(asyncio.Protocol):
         self.closed: asyncio.Future[BaseException | None] = loop.create_future()
         self.error: BaseException | None = None
         self.bytes_received = 0
+
+    @property
+    def busy_poll(self) -> BusyPoll:
+        """The polling window after this connection's replies."""
+        return self._busy
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
 
@@ -128,6 +136,7 @@ class NRIConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         """Fail outstanding calls, cancel request handlers, complete `closed`."""
         self._transport = None
+        self._busy.stop()
         self._can_write.set()
         for fut in self._pending.values():
             if not fut.done():
@@ -157,6 +166,7 @@ class NRIConnection(asyncio.Protocol):
                 m.DROPPED_MESSAGES.labels(self.role, f"type{msg.type}_on_server_conn").inc()
                 return
             received = time.monotonic()
+            self._busy.received()
             self._server_streams.accept(msg.stream_id)
             try:
                 req = decode_request(msg.data)
@@ -182,6 +192,7 @@ class NRIConnection(asyncio.Protocol):
             if isinstance(out, bytes):
                 self._reply_now(msg.stream_id, req, out)
                 self._replied()
+                self._busy.replied()
                 return
             task = asyncio.get_running_loop().create_task(self._serve(msg.stream_id, req, out))
             self._tasks.add(task)
@@ -261,7 +272,8 @@ class NRIConnection(asyncio.Protocol):
         try:
             await self.send(self.serve_conn, stream_id, MessageType.RESPONSE, reply)
         except ConnectionClosedError:
-            pass
+            return
+        self._busy.replied()
 
     # -- writing ----------------------------------------------------------------------------------
 

@@ -192,7 +192,12 @@ class NRIPlugin:
         loop = asyncio.get_running_loop()
 
         def factory() -> NRIConnection:
-            return NRIConnection(session.handle, role="plugin", after_reply=session.replied)
+            return NRIConnection(
+                session.handle,
+                role="plugin",
+                after_reply=session.replied,
+                busy_poll=self.settings.busy_poll_seconds,
+            )
 
         async with asyncio.timeout(self.settings.connect_timeout_seconds):
             if self.socket_fd is not None:
