@@ -11,7 +11,10 @@ import platform
 import statistics
 import time
 from collections.abc import Coroutine, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
+
+from koordqos.config import NRISettings
 
 T = TypeVar("T")
 
@@ -94,8 +97,15 @@ def two_process_parser(
     description: str, roles: tuple[str, ...], calls: int = 2000
 ) -> argparse.ArgumentParser:
     """`parser` plus `--role` (the measured side first; the other side runs in a child process), `--socket`,
-    `--calls`."""
+    `--calls`, `--busy-poll` (the measured plugin's window, see `plugin_settings`)."""
     p = parser(description)
+    p.add_argument(
+        "--busy-poll",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the plugin's nri.busy_poll_seconds (default: the agent's default; 0: off)",
+    )
     p.add_argument("--role", choices=list(roles), default=roles[0])
     p.add_argument("--socket", default="")
     p.add_argument("--calls", type=int, default=calls)
@@ -140,3 +150,12 @@ class LongestStep:
     def __exit__(self, *exc: object) -> None:
         assert self._task is not None
         self._task.cancel()
+
+
+def plugin_settings(sock: Path, busy_poll: float | None = None) -> NRISettings:
+    """The measured NRI plugin's settings: the defaults on `sock`, with `busy_poll` when given."""
+    return (
+        NRISettings(socket=sock)
+        if busy_poll is None
+        else NRISettings(socket=sock, busy_poll_seconds=busy_poll)
+    )

@@ -25,6 +25,7 @@ from _common import (
     machine,
     median,
     percentile,
+    plugin_settings,
     quiet_logs,
     run,
     table,
@@ -99,7 +100,9 @@ def runtime_hooks(node: SyntheticNode) -> RuntimeHooks:
     return hooks
 
 
-async def one_run(calls: int, pods: int, per_pod: int, loop: str = "asyncio") -> dict[str, float]:
+async def one_run(
+    calls: int, pods: int, per_pod: int, loop: str = "asyncio", busy_poll: float | None = None
+) -> dict[str, float]:
     """One plugin + runtime-process run; returns the figures of this run."""
     tmp = Path(tempfile.mkdtemp(prefix="kqhbench-", dir="/tmp"))
     sock = tmp / "nri.sock"
@@ -127,7 +130,7 @@ async def one_run(calls: int, pods: int, per_pod: int, loop: str = "asyncio") ->
         bus = EventBus()
         decisions = DecisionLog()
         core = HookCore(runtime_hooks(node), CgroupExecutor(node.layout, decisions), decisions)
-        plugin = NRIPlugin(bus, NRISettings(socket=sock), handler=NRIHooks(core, node.layout))
+        plugin = NRIPlugin(bus, plugin_settings(sock, busy_poll), handler=NRIHooks(core, node.layout))
         plugin.timings = {}
         task = asyncio.create_task(plugin.run())
         out = json.loads(await proc.stdout.readline())
@@ -241,7 +244,10 @@ def main() -> None:
     quiet_logs()
     calls = 200 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
-    results = [run(one_run(calls, args.pods, args.per_pod, args.loop), args.loop) for _ in range(runs)]
+    results = [
+        run(one_run(calls, args.pods, args.per_pod, args.loop, args.busy_poll), args.loop)
+        for _ in range(runs)
+    ]
     cpu = [run(in_process_cpu(max(calls, 1000), args.pods, args.per_pod), args.loop) for _ in range(runs)]
     for r, c in zip(results, cpu, strict=True):
         r.update(c)

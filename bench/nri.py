@@ -33,6 +33,7 @@ from _common import (
     machine,
     median,
     percentile,
+    plugin_settings,
     quiet_logs,
     run,
     table,
@@ -77,7 +78,9 @@ async def runtime_role(sock: str, calls: int, pods: int, per_pod: int) -> None:
     print(json.dumps({"sync_s": link.sync_seconds, "rtt": rtts, "dropped": dropped}), flush=True)
 
 
-async def one_run(calls: int, pods: int, per_pod: int, loop: str = "asyncio") -> dict[str, float]:
+async def one_run(
+    calls: int, pods: int, per_pod: int, loop: str = "asyncio", busy_poll: float | None = None
+) -> dict[str, float]:
     """One plugin + runtime-process run; returns the figures of this run."""
     tmp = Path(tempfile.mkdtemp(prefix="kqbench-", dir="/tmp"))
     sock = tmp / "nri.sock"
@@ -102,7 +105,7 @@ async def one_run(calls: int, pods: int, per_pod: int, loop: str = "asyncio") ->
     try:
         assert (await proc.stdout.readline()).strip() == b"ready"
         bus = EventBus()
-        plugin = NRIPlugin(bus, NRISettings(socket=sock), handler=_hook)
+        plugin = NRIPlugin(bus, plugin_settings(sock, busy_poll), handler=_hook)
         plugin.timings = {}
         task = asyncio.create_task(plugin.run())
         out = json.loads(await proc.stdout.readline())
@@ -433,7 +436,10 @@ def main() -> None:
         return
     calls = 200 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
-    results = [run(one_run(calls, args.pods, args.per_pod, args.loop), args.loop) for _ in range(runs)]
+    results = [
+        run(one_run(calls, args.pods, args.per_pod, args.loop, args.busy_poll), args.loop)
+        for _ in range(runs)
+    ]
     med = {k: median([r[k] for r in results]) for k in results[0]}
     n_ctr = args.pods * args.per_pod
     load = os.getloadavg()

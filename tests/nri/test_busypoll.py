@@ -13,10 +13,13 @@ import pytest
 import uvloop
 
 from koordqos.events.bus import EventBus
+from koordqos.events.types import MetricTick
+from koordqos.metrics.types import MetricSnapshot, NodeSample
 from koordqos.nri import metrics as m
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.nri.busypoll import BusyPoll
+from koordqos.nri.busypoll import BusyPoll, spare_cpu
 from koordqos.nri.plugin import NRIPlugin
+from koordqos.state import NodeState, reduce
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_pod
 from koordqos.testing.poll import wait_until
@@ -26,6 +29,20 @@ from .conftest import settings
 
 def windows() -> tuple[float, float]:
     return m.BUSY_POLL_WINDOWS.labels("caught").get(), m.BUSY_POLL_WINDOWS.labels("expired").get()
+
+
+def skipped() -> float:
+    return m.BUSY_POLL_WINDOWS.labels("skipped").get()
+
+
+def round_with(cores: float | None, cpus: int) -> MetricTick:
+    """A metrics round that saw `cores` of the node's `cpus` in use."""
+    sample = MetricSnapshot(at=1.0, interval=1.0, node=NodeSample(cpu_usage_cores=cores, cpu_count=cpus))
+    return MetricTick(at=1.0, sample=sample)
+
+
+def with_usage(cores: float | None, cpus: int) -> NodeState:
+    return reduce(NodeState(), round_with(cores, cpus))
 
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
@@ -114,11 +131,51 @@ async def test_a_closed_connection_stops_its_window() -> None:
     assert not poll.polling  # and no new one starts
 
 
-@pytest.mark.parametrize("window", [0.0, 0.01])
+@pytest.mark.parametrize(
+    ("cores", "cpus", "spare"),
+    [
+        (0.5, 2, True),
+        (1.0, 2, True),
+        (1.5, 2, False),
+        (2.0, 2, False),
+        (60.0, 64, True),
+        (None, 2, True),
+        (0.5, 0, True),
+    ],
+)
+def test_spare_cpu_means_a_core_idle_in_the_last_round(cores: float | None, cpus: int, spare: bool) -> None:
+    assert spare_cpu(with_usage(cores, cpus)) is spare
+
+
+def test_spare_cpu_before_the_first_round() -> None:
+    assert spare_cpu(NodeState()) is True
+    assert spare_cpu(reduce(NodeState(), MetricTick(at=1.0, sample=None))) is True
+
+
+async def test_a_closed_gate_opens_no_window_and_counts_it() -> None:
+    open_gate = False
+    poll = BusyPoll(5.0, gate=lambda: open_gate)
+    before, skips = windows(), skipped()
+    poll.replied()
+    assert not poll.polling
+    assert skipped() == skips + 1
+    open_gate = True
+    poll.replied()
+    assert poll.polling
+    poll.stop()
+    await wait_until(lambda: not poll.polling, timeout=2, message="the window ended")
+    assert windows() == before
+    assert skipped() == skips + 1
+
+
+@pytest.mark.parametrize(("window", "busy_node"), [(0.0, False), (0.01, False), (0.01, True)])
 async def test_the_plugins_setting_reaches_its_connection(
-    window: float, sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
+    window: float, busy_node: bool, sock_path: Path, start_plugin: Callable[..., NRIPlugin], bus: EventBus
 ) -> None:
-    """Each reply opens a window (caught by the next call, or expired) when the setting is on; off, none."""
+    """Each reply opens a window (caught by the next call, or expired) when the setting is on and the node
+    has a core idle; off, none; on a busy node each reply counts as skipped instead."""
+    if busy_node:
+        bus.publish_nowait(round_with(1.8, 2))
     runtime = MockRuntime(sock_path, request_timeout=2.0)
     await runtime.start()
     try:
@@ -132,10 +189,14 @@ async def test_the_plugins_setting_reaches_its_connection(
         busy = session.conn.busy_poll
         await wait_until(lambda: not busy.polling, timeout=2, message="no window open")
         caught, expired = windows()
+        skips = skipped()
         for j in range(5):
             await runtime.create_container(pod, sample_container(pod, j, api.CONTAINER_CREATED))
         await wait_until(lambda: not busy.polling, timeout=2, message="no window open")
-        if window:
+        if busy_node:
+            assert windows() == (caught, expired)
+            assert skipped() - skips == 5
+        elif window:
             # one window per reply, each caught by the next call or expired (which, depends on the load)
             assert sum(windows()) - caught - expired == 5
         else:

@@ -73,10 +73,11 @@ class NRIConnection(asyncio.Protocol):
         frame_check: FrameCheck | None = None,
         after_reply: AfterReply | None = None,
         busy_poll: float = 0.0,
+        busy_poll_gate: Callable[[], bool] | None = None,
     ) -> None:
         self._handler = handler
         self._after_reply = after_reply
-        self._busy = BusyPoll(busy_poll)
+        self._busy = BusyPoll(busy_poll, busy_poll_gate)
         self.role = role
         self.serve_conn = serve_conn
         self.client_conn = client_conn

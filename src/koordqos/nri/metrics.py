@@ -52,7 +52,7 @@ REQUEST_SECONDS = LoopHistogram(
 BUSY_POLL_WINDOWS = FastCounter(
     "koordqos_nri_busy_poll_windows_total",
     "Polling windows after a reply (nri.busy_poll_seconds): caught (the runtime's next request came within "
-    "the window) or expired (the loop went to sleep after it)",
+    "the window), expired (the loop went to sleep after it) or skipped (no core was idle: none opened)",
     ["outcome"],
     registry=REGISTRY,
 )

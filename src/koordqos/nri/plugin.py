@@ -26,6 +26,7 @@ from koordqos.events.types import Event, NRIConnectionChanged
 from koordqos.hooks.core import call_deadline as hook_deadline
 from koordqos.nri import metrics as m
 from koordqos.nri.api import nri_api_pb2 as api
+from koordqos.nri.busypoll import spare_cpu
 from koordqos.nri.connection import ConnectionClosedError, NRIConnection
 from koordqos.nri.limits import RuntimeObjectLimits
 from koordqos.nri.mask import (
@@ -197,6 +198,7 @@ class NRIPlugin:
                 role="plugin",
                 after_reply=session.replied,
                 busy_poll=self.settings.busy_poll_seconds,
+                busy_poll_gate=lambda: spare_cpu(self.bus.state),
             )
 
         async with asyncio.timeout(self.settings.connect_timeout_seconds):
