@@ -7,6 +7,8 @@ around `adaptation.CreateContainer`. The plugins:
   synthetic node tree, so its pod-level writes land in a temp dir;
 * the yardstick: `tests/go/stubplugin`, a compiled plugin on `pkg/stub` filling the same three batch values.
 Each run measures both, one after the other; the figures are medians over runs. Needs Go (skips otherwise).
+The synthetic node has the machine's CPU count and its /proc/stat follows the machine's own (copied every
+0.2 s), so the agent's metrics see the real CPU load, as its busy-poll gate (nri/busypoll.py) needs.
 `--cpu` adds each plugin's CPU per call: its process's CPU time in a run of 6× the calls minus a run of the
 calls, divided by the difference (start-up and warm-up cancel out).
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from _common import machine, median, percentile, table
 from koordqos.testing.gopeer import GoUnavailable, build, run_peer
-from koordqos.testing.nodefs import SyntheticNode
+from koordqos.testing.nodefs import SyntheticNode, overwrite
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_UID = "0b3e2c1a-bench-4e2a-9c1d-000000000001"  # tests/go/nripeer/bench.go
@@ -35,6 +37,23 @@ def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class StatMirror:
+    """Copies the machine's /proc/stat into a synthetic proc root until stopped."""
+
+    def __init__(self, proc_root: Path) -> None:
+        self.target = proc_root / "stat"
+        self.done = threading.Event()
+        self.copy()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def copy(self) -> None:
+        overwrite(self.target, Path("/proc/stat").read_text())
+
+    def _run(self) -> None:
+        while not self.done.wait(0.2):
+            self.copy()
 
 
 class CPUWatch:
@@ -73,9 +92,11 @@ def one(
     watch: list[CPUWatch] = []
     tmp = Path(tempfile.mkdtemp(prefix="kqnrireal-", dir="/tmp"))
     sock = tmp / "nri.sock"
+    mirror: StatMirror | None = None
     try:
-        node = SyntheticNode(tmp / "node")
+        node = SyntheticNode(tmp / "node", cpus=os.cpu_count() or 1)
         node.make_cgroup(f"kubepods/besteffort/pod{BENCH_UID}")
+        mirror = StatMirror(node.proc_root)
 
         def start() -> subprocess.Popen[bytes]:
             if plugin == "stub":
@@ -112,6 +133,8 @@ def one(
         args = ["-bench", str(calls), *(["-distinct"] if distinct else [])]
         out = run_peer(peer, sock, args, start, timeout=600)
     finally:
+        if mirror is not None:
+            mirror.done.set()
         shutil.rmtree(tmp, ignore_errors=True)
     if out["adjusted"] != calls:
         raise SystemExit(f"{plugin}: only {out['adjusted']} of {calls} CreateContainer replies were adjusted")
