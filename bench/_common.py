@@ -159,3 +159,9 @@ def plugin_settings(sock: Path, busy_poll: float | None = None) -> NRISettings:
         if busy_poll is None
         else NRISettings(socket=sock, busy_poll_seconds=busy_poll)
     )
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

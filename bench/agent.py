@@ -31,7 +31,7 @@ from typing import Any
 
 import aiohttp
 
-from _common import machine, median, parser, table
+from _common import machine, median, parser, proc_cpu_seconds, table
 from koordqos.model.pod import parse_pod
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_nodeslo, make_pod
 from koordqos.testing.mock_nri.protocol import PluginDroppedError
@@ -53,12 +53,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def proc_memory(pid: int) -> tuple[int, int]:

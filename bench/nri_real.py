@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import machine, median, percentile, table
+from _common import machine, median, percentile, proc_cpu_seconds, table
 from koordqos.testing.gopeer import GoUnavailable, build, run_peer
 from koordqos.testing.nodefs import SyntheticNode, overwrite
 
@@ -62,19 +62,14 @@ class CPUWatch:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.seconds = 0.0
-        self._tick = os.sysconf("SC_CLK_TCK")
         threading.Thread(target=self._watch, daemon=True).start()
 
     def _watch(self) -> None:
-        while True:
+        while True:  # until reaped: a zombie's stat still holds its final times
             try:
-                with open(f"/proc/{self.pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
+                self.seconds = proc_cpu_seconds(self.pid)
             except OSError:
                 return  # gone: the last reading stands
-            if fields[0] == "Z":
-                return
-            self.seconds = (int(fields[11]) + int(fields[12])) / self._tick
             time.sleep(0.02)
 
 
