@@ -204,6 +204,9 @@ def main() -> None:
     p.add_argument("--proxy", type=int, default=1_000, help="mutated proxy messages")
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--quick", action="store_true", help="a smoke run (`nox -s bench -- --quick`): 1,000 NRI, 100 proxy"
+    )
     p.add_argument("--stream-break-every", type=int, default=10_000, help="0: never break the byte stream")
     p.add_argument("--json", action="store_true", help="print the result as JSON only")
     p.add_argument(
@@ -245,6 +248,8 @@ def main() -> None:
     args = p.parse_args()
     if any("=" not in kv for kv in args.agent_env):
         p.error("--agent-env takes KEY=VALUE")
+    if args.quick:
+        args.nri, args.proxy = min(args.nri, 1_000), min(args.proxy, 100)
     result = asyncio.run(main_async(args))
     if args.json:
         print(json.dumps(result))
