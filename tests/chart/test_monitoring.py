@@ -92,6 +92,7 @@ def test_dashboard_has_the_operator_figures(dashboard: dict[str, Any]) -> None:
     assert "by (node, namespace, pod, reason)" in by_title["Evicted pods (time range)"][0]
     assert any("koordqos_nri_connected" in e for e in by_title["NRI connection and reconnects"])
     assert "koordqos_nri_request_seconds_bucket" in by_title["NRI request latency p99 (plugin side)"][0]
+    assert "by (node, outcome)" in by_title["NRI busy-poll windows (per second)"][0]
     assert "koordqos_event_loop_lag_seconds_bucket" in by_title["Event-loop lag p99"][0]
     # every figure can be narrowed to a node
     for expr in _queries(dashboard)[:-1]:
