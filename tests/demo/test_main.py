@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -213,9 +214,11 @@ def _start_real_demo(out: Path, before: set[str]) -> tuple[subprocess.Popen[str]
 @pytest.mark.usefixtures("real_kernel")
 def test_a_killed_demos_cgroups_are_removed_at_the_next_demo_start(tmp_path: Path) -> None:
     before = scratch_dirs()
+    workdirs = set(Path("/tmp").glob("kqdemo-*"))
     proc, name = _start_real_demo(tmp_path / "killed", before)
     proc.kill()  # SIGKILL: no handler, no atexit, nothing of the demo cleans up
     proc.communicate(timeout=30)
+    killed_workdirs = set(Path("/tmp").glob("kqdemo-*")) - workdirs
     assert name in scratch_dirs()
     assert name.startswith(f"koordqos-demo-{proc.pid}-")  # the tree names its owner
     try:
@@ -223,6 +226,8 @@ def test_a_killed_demos_cgroups_are_removed_at_the_next_demo_start(tmp_path: Pat
         rc, stdout, stderr = demo(tmp_path / "next", "--phase-seconds", "1", "--agent-arg=--no-such-flag")
     finally:
         sweep_stale()  # whatever happened above, leave no tree of the killed demo behind
+        for workdir in killed_workdirs:  # nor its work directory (socket, bind-mount points) in /tmp
+            shutil.rmtree(workdir, ignore_errors=True)
     assert rc == 1, stderr
     assert f"removed stale scratch cgroups {name} (its demo process is gone)" in stdout
     assert name not in scratch_dirs()
