@@ -97,15 +97,8 @@ def two_process_parser(
     description: str, roles: tuple[str, ...], calls: int = 2000
 ) -> argparse.ArgumentParser:
     """`parser` plus `--role` (the measured side first; the other side runs in a child process), `--socket`,
-    `--calls`, `--busy-poll` (the measured plugin's window, see `plugin_settings`)."""
+    `--calls`."""
     p = parser(description)
-    p.add_argument(
-        "--busy-poll",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="the plugin's nri.busy_poll_seconds (default: the agent's default; 0: off)",
-    )
     p.add_argument("--role", choices=list(roles), default=roles[0])
     p.add_argument("--socket", default="")
     p.add_argument("--calls", type=int, default=calls)
@@ -150,6 +143,17 @@ class LongestStep:
     def __exit__(self, *exc: object) -> None:
         assert self._task is not None
         self._task.cancel()
+
+
+def add_busy_poll(p: argparse.ArgumentParser) -> None:
+    """`--busy-poll SECONDS` for the NRI benchmarks: the measured plugin's window (see `plugin_settings`)."""
+    p.add_argument(
+        "--busy-poll",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the plugin's nri.busy_poll_seconds (default: the agent's default; 0: off)",
+    )
 
 
 def plugin_settings(sock: Path, busy_poll: float | None = None) -> NRISettings:

@@ -22,6 +22,7 @@ from pathlib import Path
 from _common import (
     ALL_HOOK_GATES,
     BATCH_EXTENDED_RESOURCE_SPEC,
+    add_busy_poll,
     machine,
     median,
     percentile,
@@ -235,6 +236,7 @@ async def in_process_cpu(calls: int, pods: int, per_pod: int) -> dict[str, float
 def main() -> None:
     """Parse flags and run (or play the runtime role)."""
     p = two_process_parser(__doc__.splitlines()[0], ("plugin", "runtime"))
+    add_busy_poll(p)
     p.add_argument("--pods", type=int, default=200)
     p.add_argument("--per-pod", type=int, default=2)
     args = p.parse_args()

@@ -30,6 +30,7 @@ from typing import Any
 
 from _common import (
     BATCH_EXTENDED_RESOURCE_SPEC,
+    add_busy_poll,
     machine,
     median,
     percentile,
@@ -416,6 +417,7 @@ def sync_main(args: Any) -> None:
 def main() -> None:
     """Parse flags and run (or play the runtime role)."""
     p = two_process_parser(__doc__.splitlines()[0], ("plugin", "runtime", "sync-runtime"))
+    add_busy_poll(p)
     p.add_argument("--pods", type=int, default=200)
     p.add_argument("--per-pod", type=int, default=2)
     p.add_argument("--scenario", choices=["create", "sync", "all"], default="all")

@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import machine, median, percentile, proc_cpu_seconds, table
+from _common import add_busy_poll, machine, median, percentile, proc_cpu_seconds, table
 from koordqos.testing.gopeer import GoUnavailable, build, run_peer
 from koordqos.testing.nodefs import SyntheticNode, overwrite
 
@@ -155,13 +155,7 @@ def main() -> None:
         help="a new container for every call (the one of 16 calls earlier removed, untimed), as on a real "
         "node; default: 16 container ids in turn",
     )
-    p.add_argument(
-        "--busy-poll",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="the agent's --nri-busy-poll-seconds (default: the agent's own default; 0: off)",
-    )
+    add_busy_poll(p)
     p.add_argument("--cpu", action="store_true", help="also measure each plugin's CPU per call")
     args = p.parse_args()
     calls = 300 if args.quick else args.calls
