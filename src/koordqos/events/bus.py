@@ -36,6 +36,18 @@ log = structlog.get_logger("koordqos.bus")
 
 Handler = Callable[[Any, NodeState], Awaitable[None] | None]
 Immediate = Callable[[Any, NodeState], bool]  # True: taken in the publisher's step; False: left to the task
+
+
+def always(handler: Callable[[Any, NodeState], None]) -> Immediate:
+    """The immediate form of a synchronous handler that only takes note: it takes every event."""
+
+    def take(event: Any, state: NodeState) -> bool:
+        handler(event, state)
+        return True
+
+    return take
+
+
 _EVENT_COUNTERS: dict[type[Event], Any] = {}
 Reducer = Callable[[NodeState, Event], NodeState]
 

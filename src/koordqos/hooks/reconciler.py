@@ -31,7 +31,7 @@ from koordqos.cgroups.executor import CgroupExecutor, WriteResult
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.reader import read_procs
 from koordqos.decisions import DecisionLog
-from koordqos.events.bus import EventBus
+from koordqos.events.bus import EventBus, always
 from koordqos.events.types import (
     Event,
     NodeSLOUpdated,
@@ -132,18 +132,13 @@ class HookReconciler:
         self.last: PassResult | None = None
         self._pass_errors_logged: SeenOnce[str] = SeenOnce(MAX_WARNED)  # pass failure texts logged
         if bus is not None:
-            bus.subscribe(self.name, self._on_event, *TRIGGERS, immediate=self._noted)
+            bus.subscribe(self.name, self._on_event, *TRIGGERS, immediate=always(self._on_event))
 
     # -- component --------------------------------------------------------------------------------
 
     def _on_event(self, event: Event, state: NodeState) -> None:
         self._trigger = type(event).__name__
         self._wake.set()
-
-    def _noted(self, event: Event, state: NodeState) -> bool:
-        """The bus's immediate delivery: noting the trigger needs no task of its own."""
-        self._on_event(event, state)
-        return True
 
     async def run(self) -> None:
         """Pass at start, then every interval and after changes."""

@@ -24,7 +24,7 @@ import structlog
 
 from koordqos import observability as obs
 from koordqos.errors import ConfigError, KubeError, ModelError
-from koordqos.events.bus import EventBus
+from koordqos.events.bus import EventBus, always
 from koordqos.events.types import Event, MetricTick, NodeUpdated, PodDeleted, PodsReplaced, PodUpserted
 from koordqos.kube.report import (
     REPORTS,
@@ -355,15 +355,10 @@ class TopologyReporter:
         # the inputs of the last computation: unchanged inputs reuse its result (the 3 s timer costs ~nothing)
         self._last_inputs: NRTInputs | None = None
         self._last_desired: NRTDesired | None = None
-        bus.subscribe("nrt-triggers", self._on_change, *_NRT_TRIGGERS, immediate=self._noted)
+        bus.subscribe("nrt-triggers", self._on_change, *_NRT_TRIGGERS, immediate=always(self._on_change))
 
     def _on_change(self, event: Event, state: NodeState) -> None:
         self._wake.set()
-
-    def _noted(self, event: Event, state: NodeState) -> bool:
-        """The bus's immediate delivery: waking the reporter needs no task of its own."""
-        self._wake.set()
-        return True
 
     def _warn_once(self, key: str, msg: str, level: str = "warning", **kw: object) -> None:
         if self._said.first(key):
