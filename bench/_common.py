@@ -64,9 +64,11 @@ def median(values: Sequence[float]) -> float:
 
 
 def machine() -> str:
-    """One line naming the machine the figures come from."""
+    """One line naming the machine and the build the figures come from."""
+    from koordqos.build import describe
+
     cpu = platform.processor() or platform.machine()
-    return f"{os.cpu_count()} CPUs, {cpu}, Python {platform.python_version()}"
+    return f"{os.cpu_count()} CPUs, {cpu}, Python {platform.python_version()}, koordqos {describe()}"
 
 
 def parser(description: str) -> argparse.ArgumentParser:

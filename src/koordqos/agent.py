@@ -25,8 +25,9 @@ from typing import Any
 
 import structlog
 
-from koordqos import loopwatch
+from koordqos import __version__, loopwatch
 from koordqos import observability as obs
+from koordqos.build import describe as describe_build
 from koordqos.cgroups import CgroupExecutor, CgroupLayout, CgroupReader, describe
 from koordqos.cgroups.roots import check_host_roots, missing_controllers, readiness_reason
 from koordqos.component import Component, FunctionComponent, ShutdownStep
@@ -736,7 +737,9 @@ class Agent:
         reporters = self.parts.reporters
         if reporters is not None and reporters.batch is not None:
             await reporters.batch.preflight()  # ConfigError (exit 2) when koord-manager owns batch resources
-        log.info("components starting", components=[c.name for c in self.components])
+        build_kind = describe_build()
+        obs.BUILD_INFO.labels(__version__, build_kind).set(1)
+        log.info("components starting", components=[c.name for c in self.components], build=build_kind)
         tasks: list[asyncio.Task[None]] = []
         try:
             await self._run_components(loop, tasks)

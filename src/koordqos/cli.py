@@ -52,7 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "version":
-            print(f"koordqos {__version__}")
+            from koordqos.build import describe
+
+            print(f"koordqos {__version__}, {describe()}")
             return 0
         if args.command == "config":
             if args.config_command == "flags":

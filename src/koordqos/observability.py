@@ -13,7 +13,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-REGISTRY = CollectorRegistry(auto_describe=True)
+REGISTRY: CollectorRegistry = CollectorRegistry(auto_describe=True)
 
 
 class LoopHistogramChild:
@@ -220,6 +220,12 @@ LOOP_LAG = Histogram(
     "koordqos_event_loop_lag_seconds",
     "How late the event loop woke a periodic probe",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+    registry=REGISTRY,
+)
+BUILD_INFO = Gauge(
+    "koordqos_build_info",
+    "1, labelled with the version and the build: interpreted, or compiled with the count of compiled modules",
+    ["version", "build"],
     registry=REGISTRY,
 )
 READY = Gauge("koordqos_ready", "1 once the pod, Node and NodeSLO sources have synced", registry=REGISTRY)

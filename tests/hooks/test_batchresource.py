@@ -47,7 +47,7 @@ def test_b1_nil_pod_context_is_an_error() -> None:
 
 def test_b2_no_qos_label_sets_nothing_even_without_rule() -> None:
     h = BatchResource()
-    h.rule = None  # type: ignore[assignment]
+    h.rule = None
     ctx = pod_ctx(C0, labels={})
     h.set_pod_resources(ctx)
     assert not ctx.response.resources.is_set()

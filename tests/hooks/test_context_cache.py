@@ -36,7 +36,7 @@ def test_the_cache_holds_one_pod_object_per_uid_not_every_version() -> None:
     versions = [_pod("u-many", 1000 + i) for i in range(50)]
     for pod in versions:
         pod_extended(pod)
-    held = [entry[0]() for entry in _EXTENDED_OF_POD.values() if entry[0].uid == "u-many"]
+    held = [entry[0]() for uid, entry in _EXTENDED_OF_POD.items() if uid == "u-many"]
     assert held == [versions[-1]]
 
 

@@ -72,7 +72,13 @@ class BatchResource(HookPlugin):
     gate = GATE
 
     def __init__(self, rule: BatchResourceRule | None = None) -> None:
-        self.rule = rule if rule is not None else BatchResourceRule()
+        # None: no rule yet, as koordlet's nil rule (the hooks then scale nothing)
+        self.rule: BatchResourceRule | None = rule if rule is not None else BatchResourceRule()
+
+    def _rule(self) -> BatchResourceRule:
+        if self.rule is None:
+            self.rule = BatchResourceRule()
+        return self.rule
 
     def stage_hooks(self) -> dict[Stage, tuple[str, HookFn]]:
         """Stage → (description, fn)."""
@@ -96,11 +102,11 @@ class BatchResource(HookPlugin):
 
     def update_slo(self, view: SLOView) -> bool:
         """cfs quota off under BE cfsQuota suppress."""
-        return self.rule.update_cfs_quota(view.be_threshold_enable, view.cpu_suppress_policy)
+        return self._rule().update_cfs_quota(view.be_threshold_enable, view.cpu_suppress_policy)
 
     def update_node(self, node: NodeRules) -> bool:
         """The node's cpu-normalization ratio."""
-        return node.ratio is not None and self.rule.update_ratio(node.ratio)
+        return node.ratio is not None and self._rule().update_ratio(node.ratio)
 
     def _scale(self) -> tuple[bool, float]:
         return self.rule.cfs_quota_scale() if self.rule is not None else (True, -1.0)
@@ -199,4 +205,4 @@ class BatchResource(HookPlugin):
         return mem if mem > 0 else -1
 
 
-HOOK = HookSpec(NAME, GATE, lambda opts: BatchResource())
+HOOK: HookSpec[BatchResource] = HookSpec(NAME, GATE, lambda opts: BatchResource())

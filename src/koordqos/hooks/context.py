@@ -192,17 +192,10 @@ class HostAppContext:
 HookContext = PodContext | ContainerContext
 
 
-class _PodRef(weakref.ref[PodInfo]):
-    """A weak reference to the PodInfo an entry of `_EXTENDED_OF_POD` was computed for, naming the entry."""
-
-    __slots__ = ("uid",)
-    uid: str
-
-
-def _pod_gone(ref: _PodRef) -> None:
-    entry = _EXTENDED_OF_POD.get(ref.uid)
+def _pod_gone(uid: str, ref: weakref.ref[PodInfo]) -> None:
+    entry = _EXTENDED_OF_POD.get(uid)
     if entry is not None and entry[0] is ref:
-        del _EXTENDED_OF_POD[ref.uid]
+        del _EXTENDED_OF_POD[uid]
 
 
 # pod uid -> (a weak reference to the PodInfo it was computed for, its batch resources): PodInfo is
@@ -210,7 +203,7 @@ def _pod_gone(ref: _PodRef) -> None:
 # containers). Keyed by uid, so one entry per pod (keyed by id(), a fuzz run kept 4,096 stale pods: +15 MiB
 # RSS); the PodInfo held weakly, so the entry goes with the pod object (NodeState dropped the pod, or holds
 # its next version): a pod that left keeps neither its labels and annotations nor its spec here.
-_EXTENDED_OF_POD: dict[str, tuple[_PodRef, ExtendedResourceSpec | None]] = {}
+_EXTENDED_OF_POD: dict[str, tuple[weakref.ref[PodInfo], ExtendedResourceSpec | None]] = {}
 _EXTENDED_CACHE_SIZE = 1024
 
 
@@ -225,9 +218,11 @@ def pod_extended(pod: PodInfo) -> ExtendedResourceSpec | None:
     ext = extended_from_pod_spec(pod) or extended_from_annotation(pod.annotations)
     if hit is None and len(_EXTENDED_OF_POD) >= _EXTENDED_CACHE_SIZE:
         _EXTENDED_OF_POD.clear()  # more pod objects alive than a node has pods: bounded all the same
-    ref = _PodRef(pod, _pod_gone)
-    ref.uid = pod.uid
-    _EXTENDED_OF_POD[pod.uid] = (ref, ext)
+    # a plain weakref.ref with a closure naming the entry: a compiled build crashed calling a weakref.ref
+    # subclass (docs/performance.md, "The compiled build")
+    uid = pod.uid
+    ref = weakref.ref(pod, lambda gone: _pod_gone(uid, gone))
+    _EXTENDED_OF_POD[uid] = (ref, ext)
     return ext
 
 

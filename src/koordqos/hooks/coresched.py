@@ -203,4 +203,4 @@ def _build(opts: HookOptions) -> CoreSched:
     return CoreSched(opts.core_sched_supported, opts.core_sched_reason, opts.cpu_idle_on_qos_dirs)
 
 
-HOOK = HookSpec(NAME, GATE, _build)
+HOOK: HookSpec[CoreSched] = HookSpec(NAME, GATE, _build)

@@ -96,4 +96,4 @@ class CPUNormalization(HookPlugin):
         self._adjust(r.resources, r.pod_labels, r.pod_annotations, ctx.response.resources)
 
 
-HOOK = HookSpec(NAME, GATE, lambda opts: CPUNormalization())
+HOOK: HookSpec[CPUNormalization] = HookSpec(NAME, GATE, lambda opts: CPUNormalization())

@@ -160,4 +160,4 @@ def _build(opts: HookOptions) -> CPUSetAllocator:
     return CPUSetAllocator(opts.disable_unset_cpu_quota, opts.gate("BECPUManager"))
 
 
-HOOK = HookSpec(NAME, GATE, _build)
+HOOK: HookSpec[CPUSetAllocator] = HookSpec(NAME, GATE, _build)

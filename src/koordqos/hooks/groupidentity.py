@@ -173,4 +173,4 @@ def parse_cpu_qos_annotation(raw: str) -> tuple[bool, int | None]:
     return bool(doc.get("enable")), gi
 
 
-HOOK = HookSpec(NAME, GATE, lambda opts: GroupIdentity(opts.bvt))
+HOOK: HookSpec[GroupIdentity] = HookSpec(NAME, GATE, lambda opts: GroupIdentity(opts.bvt))

@@ -134,4 +134,4 @@ class OOMScoreAdj(HookPlugin):
             ctx.response.oom_score_adj = value
 
 
-HOOK = HookSpec(NAME, GATE, lambda opts: OOMScoreAdj())
+HOOK: HookSpec[OOMScoreAdj] = HookSpec(NAME, GATE, lambda opts: OOMScoreAdj())

@@ -78,4 +78,4 @@ class Resctrl(HookPlugin):
         ctx.response.rdt_class = group
 
 
-HOOK = HookSpec(NAME, GATE, lambda opts: Resctrl(opts.resctrl_root))
+HOOK: HookSpec[Resctrl] = HookSpec(NAME, GATE, lambda opts: Resctrl(opts.resctrl_root))
