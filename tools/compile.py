@@ -52,11 +52,11 @@ _SETUP = """
 import sys
 from mypyc.build import mypycify
 from setuptools import setup
-jobs, opt, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
+opt, paths = sys.argv[1], sys.argv[2:]
 setup(
     name="koordqos-compiled",
     ext_modules=mypycify(["--config-file", "mypy.ini", *paths], opt_level=opt, multi_file=True),
-    script_args=["-q", "build_ext", "--inplace", "-j", jobs],
+    script_args=["-q", "build_ext", "--inplace"],
 )
 """
 
@@ -86,7 +86,7 @@ def build(out: Path, opt_level: str = "3") -> list[Path]:
     # the copy first on the path: mypy must read the copy, not an editable install of the source tree
     env = dict(os.environ, MYPYPATH=str(out))
     subprocess.run(
-        [sys.executable, "-c", _SETUP, str(os.cpu_count() or 1), opt_level, *HOT_PATH],
+        [sys.executable, "-c", _SETUP, opt_level, *HOT_PATH],
         cwd=out,
         env=env,
         check=True,

@@ -14,9 +14,10 @@ def compiled_modules(package: Path = _PACKAGE) -> list[str]:
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     names = []
     for path in package.rglob("*.so"):
-        if not path.name.endswith(suffixes) or not path.with_name(path.name.split(".")[0] + ".py").exists():
+        stem = path.name.split(".")[0]
+        if not path.name.endswith(suffixes) or not path.with_name(stem + ".py").exists():
             continue
-        rel = path.relative_to(package.parent).with_name(path.name.split(".")[0])
+        rel = path.relative_to(package.parent).with_name(stem)
         names.append(".".join(rel.parts))
     return sorted(names)
 
