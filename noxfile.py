@@ -59,6 +59,7 @@ COMPILED_TESTS = [
     "tests/hooks",
     "tests/test_decisions.py",
     "tests/test_observability.py",
+    "tests/test_once.py",
 ]
 
 

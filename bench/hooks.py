@@ -5,10 +5,15 @@ The plugin (this process) runs NRIPlugin with the runtime hooks of koordqos (Bat
 CPUSetAllocator, CoreSched, GroupIdentity, OOMScoreAdj; `RuntimeHooks` + `nri.convert.NRIHooks`) over a
 synthetic cgroup tree. The runtime (a child process: this script with `--role runtime`) is the mock NRI
 runtime; it synchronizes the node, then sends CreateContainer calls for a BE pod with batch resources.
+
+`--yardstick` also runs the same mock runtime against `tests/go/stubplugin` (a compiled plugin on
+containerd/nri's pkg/stub filling the same batch shares / quota / memory limit; needs Go): the round trip a
+compiled plugin gets through this runtime process on this machine, beside koordqos's.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -43,9 +48,12 @@ from koordqos.hooks.runtime import HookOptions, RuntimeHooks
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.convert import NRIHooks
 from koordqos.nri.plugin import NRIPlugin
+from koordqos.testing.gopeer import GoUnavailable, build
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def be(pod: api.PodSandbox) -> api.PodSandbox:
@@ -56,8 +64,9 @@ def be(pod: api.PodSandbox) -> api.PodSandbox:
     return pod
 
 
-async def runtime_role(sock: str, calls: int, pods: int, per_pod: int) -> None:
-    """The mock runtime side: sync, then `calls` CreateContainer round trips; JSON on stdout."""
+async def runtime_role(sock: str, calls: int, pods: int, per_pod: int, plugin: str = "koordqos") -> None:
+    """The mock runtime side: sync, then `calls` CreateContainer round trips; JSON on stdout. `plugin`
+    "stub": the Go yardstick, which sets no oom-score-adj."""
     rt = MockRuntime(sock, request_timeout=2.0)
     rt.pods, rt.containers = sample_node(pods, per_pod)
     for p in rt.pods:
@@ -75,7 +84,7 @@ async def runtime_role(sock: str, calls: int, pods: int, per_pod: int) -> None:
             assert resp is not None
             res = resp.adjust.linux.resources
             assert (res.cpu.quota.value, res.cpu.shares.value) == (200000, 1024), res
-            assert resp.adjust.linux.oom_score_adj.value == 500
+            assert plugin == "stub" or resp.adjust.linux.oom_score_adj.value == 500
         dropped = link.drop_reason
         sync_updates = len(link.sync_updates)
     print(
@@ -153,6 +162,30 @@ async def one_run(
         "plugin_p99": percentile(create, 99) * 1e6,
         "sync_plugin_ms": sum(plugin.timings["Synchronize"]) * 1e3,
     }
+
+
+def stub_run(stub: Path, calls: int, pods: int, per_pod: int, loop: str) -> dict[str, float]:
+    """The same mock runtime process against the compiled Go plugin: its round trip p50/p99 (µs)."""
+    tmp = Path(tempfile.mkdtemp(prefix="kqhstub-", dir="/tmp"))
+    sock = tmp / "nri.sock"
+    cmd = [sys.executable, __file__, "--role", "runtime", "--socket", str(sock), "--calls", str(calls)]
+    cmd += ["--pods", str(pods), "--per-pod", str(per_pod), "--loop", loop, "--plugin", "stub"]
+    rt = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    plugin: subprocess.Popen[bytes] | None = None
+    assert rt.stdout is not None
+    try:
+        assert rt.stdout.readline().strip() == b"ready"
+        plugin = subprocess.Popen([str(stub), "-socket", str(sock)], stdout=subprocess.DEVNULL)
+        out = json.loads(rt.stdout.readline())
+        rt.wait(timeout=30)
+    finally:
+        for p in (rt, plugin):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    rtt = out["rtt"]
+    return {"rtt_p50": percentile(rtt, 50) * 1e6, "rtt_p99": percentile(rtt, 99) * 1e6}
 
 
 class _Sink:
@@ -239,9 +272,15 @@ def main() -> None:
     add_busy_poll(p)
     p.add_argument("--pods", type=int, default=200)
     p.add_argument("--per-pod", type=int, default=2)
+    p.add_argument("--plugin", choices=["koordqos", "stub"], default="koordqos", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--yardstick",
+        action="store_true",
+        help="also the compiled Go plugin (tests/go/stubplugin) through the same mock runtime (needs Go)",
+    )
     args = p.parse_args()
     if args.role == "runtime":
-        run(runtime_role(args.socket, args.calls, args.pods, args.per_pod), args.loop)
+        run(runtime_role(args.socket, args.calls, args.pods, args.per_pod, args.plugin), args.loop)
         return
     quiet_logs()
     calls = 200 if args.quick else args.calls
@@ -254,6 +293,23 @@ def main() -> None:
     for r, c in zip(results, cpu, strict=True):
         r.update(c)
     med = {k: median([r[k] for r in results]) for k in results[0]}
+    yardstick: list[list[str]] = []
+    if args.yardstick:
+        try:
+            stub = build(REPO / "tests" / "go" / "stubplugin")
+        except GoUnavailable as exc:
+            print(f"yardstick skipped: {exc}")
+        else:
+            go = [stub_run(stub, calls, args.pods, args.per_pod, args.loop) for _ in range(runs)]
+            p50, p99 = median([g["rtt_p50"] for g in go]), median([g["rtt_p99"] for g in go])
+            yardstick = [
+                [
+                    "CreateContainer round trip p50 / p99, the compiled Go plugin (pkg/stub), same runtime",
+                    f"{p50:.0f} / {p99:.0f} µs",
+                    "",
+                ],
+                ["koordqos / Go plugin round trip p50", f"{med['rtt_p50'] / p50:.2f}×", ""],
+            ]
     n_ctr = args.pods * args.per_pod
     print(
         f"Runtime hooks benchmark — {machine()}; {calls} CreateContainer calls, all six hooks, "
@@ -273,6 +329,7 @@ def main() -> None:
                     f"{med['rtt_p50']:.0f} / {med['rtt_p99']:.0f} µs",
                     "",
                 ],
+                *yardstick,
                 [
                     "CreateContainer plugin CPU per call, in process (loop-thread CPU; best batch)",
                     f"{med['cpu_us']:.0f} µs ({med['cpu_min_us']:.0f})",

@@ -20,8 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # What a CreateContainer runs through, from the bytes read to the reply written, and what every tick calls.
-# Not here: nri/events.py (its call classes use mixins; mypyc compiles single inheritance only) and
-# hooks/framework.py (a generic frozen dataclass fails at import when compiled).
+# Not here: nri/events.py (its call classes use mixins; mypyc compiles single inheritance only: the NodeState
+# records built on every call are made in nri/runtime_objects.py, which is), hooks/framework.py (a generic
+# frozen dataclass fails at import when compiled), events/types.py (dataclass field order), state.py and
+# events/bus.py (compiled, 102 tests failed).
 HOT_PATH = (
     "koordqos/nri/mux.py",
     "koordqos/nri/ttrpc.py",
@@ -29,6 +31,7 @@ HOT_PATH = (
     "koordqos/nri/connection.py",
     "koordqos/nri/session.py",
     "koordqos/nri/convert.py",
+    "koordqos/nri/runtime_objects.py",
     "koordqos/hooks/core.py",
     "koordqos/hooks/context.py",
     "koordqos/hooks/resources.py",
@@ -43,6 +46,8 @@ HOT_PATH = (
     "koordqos/hooks/oomscoreadj.py",
     "koordqos/decisions.py",
     "koordqos/observability.py",
+    "koordqos/once.py",
+    "koordqos/nri/limits.py",
 )
 
 

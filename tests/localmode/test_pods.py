@@ -33,7 +33,7 @@ from koordqos.kube.local import (
 )
 from koordqos.model.qos import KubeQoS
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.nri.events import runtime_container
+from koordqos.nri.runtime_objects import runtime_container
 from koordqos.testing.poll import wait_until
 
 UID = "0a1b2c3d-0000-4000-8000-000000000001"

@@ -58,11 +58,10 @@ from koordqos.nri.events import (
     NRIStopPodSandbox,
     NRISynchronize,
     NRIUpdateContainer,
-    runtime_container,
-    runtime_sandbox,
 )
 from koordqos.nri.limits import RuntimeObjectLimits
 from koordqos.nri.mask import VALID_EVENTS_LEGACY, parse_event_mask, validate_event_mask
+from koordqos.nri.runtime_objects import runtime_container, runtime_sandbox
 from koordqos.nri.ttrpc import (
     WIRE_LEN,
     WIRE_VARINT,
