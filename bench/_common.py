@@ -9,8 +9,11 @@ import logging
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -145,6 +148,23 @@ class LongestStep:
     def __exit__(self, *exc: object) -> None:
         assert self._task is not None
         self._task.cancel()
+
+
+_SPINNER = "import os\nos.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nwhile True:\n    pass\n"
+
+
+@contextmanager
+def idle_spinners(enabled: bool = True) -> Iterator[None]:
+    """One SCHED_IDLE busy loop per CPU for the duration (killed afterwards, also on failure): the CPUs never
+    go idle, yet anything else that wants one gets it at once (bench/wakeup.py: what an idle CPU costs)."""
+    n = (os.cpu_count() or 1) if enabled else 0
+    procs = [subprocess.Popen([sys.executable, "-c", _SPINNER]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def add_busy_poll(p: argparse.ArgumentParser) -> None:

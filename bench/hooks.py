@@ -28,6 +28,7 @@ from _common import (
     ALL_HOOK_GATES,
     BATCH_EXTENDED_RESOURCE_SPEC,
     add_busy_poll,
+    idle_spinners,
     machine,
     median,
     percentile,
@@ -47,6 +48,7 @@ from koordqos.hooks.core import HookCore
 from koordqos.hooks.runtime import HookOptions, RuntimeHooks
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.convert import NRIHooks
+from koordqos.nri.metrics import BUSY_POLL_WINDOWS
 from koordqos.nri.plugin import NRIPlugin
 from koordqos.testing.gopeer import GoUnavailable, build
 from koordqos.testing.mock_nri.runtime import MockRuntime
@@ -135,6 +137,7 @@ async def one_run(
     ]
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE)
     assert proc.stdout is not None
+    windows0 = busy_poll_windows()
     try:
         assert (await proc.stdout.readline()).strip() == b"ready"
         bus = EventBus()
@@ -155,13 +158,20 @@ async def one_run(
         raise SystemExit(f"Synchronize corrected {out['sync_updates']} of {pods * per_pod} containers")
     create = plugin.timings["CreateContainer"]
     rtt = out["rtt"]
+    windows = {f"windows_{k}": v - windows0[k] for k, v in busy_poll_windows().items()}
     return {
         "rtt_p50": percentile(rtt, 50) * 1e6,
         "rtt_p99": percentile(rtt, 99) * 1e6,
         "plugin_p50": percentile(create, 50) * 1e6,
         "plugin_p99": percentile(create, 99) * 1e6,
         "sync_plugin_ms": sum(plugin.timings["Synchronize"]) * 1e3,
+        **windows,
     }
+
+
+def busy_poll_windows() -> dict[str, float]:
+    """The plugin's busy-poll windows so far by outcome (caught, expired, skipped): this process's counter."""
+    return {k: BUSY_POLL_WINDOWS.labels(k).get() for k in ("caught", "expired", "skipped")}
 
 
 def stub_run(stub: Path, calls: int, pods: int, per_pod: int, loop: str) -> dict[str, float]:
@@ -209,60 +219,77 @@ class _Sink:
     def abort(self) -> None: ...
 
 
-async def in_process_cpu(calls: int, pods: int, per_pod: int) -> dict[str, float]:
-    """Plugin CPU per CreateContainer without sockets: the request's bytes fed to the plugin's connection
-    (`data_received`) until its reply is written, after a Synchronize of `pods` × `per_pod`; the loop
-    thread's CPU time per call over batches of 250 calls (medians), which a loaded machine inflates far less
-    than wall-clock figures."""
-    from koordqos.nri.connection import NRIConnection
-    from koordqos.nri.mux import frames_for
-    from koordqos.nri.session import PLUGIN_SERVICE, PluginSession
-    from koordqos.nri.ttrpc import MessageType, encode_message, encode_request
+class InProcessPlugin:
+    """The plugin with the six hooks, no socket: a request's bytes fed to its connection (`data_received`)
+    until the reply is written. `plugin.timings` holds the plugin-side times. Use within `with`."""
 
-    tmp = Path(tempfile.mkdtemp(prefix="kqhcpu-", dir="/tmp"))
-    try:
-        node = SyntheticNode(tmp / "node", extensions=("cpu.bvt_warp_ns", "cpu.idle"))
+    def __init__(self) -> None:
+        from koordqos.nri.connection import NRIConnection
+        from koordqos.nri.session import PluginSession
+
+        self.tmp = Path(tempfile.mkdtemp(prefix="kqhcpu-", dir="/tmp"))
+        node = SyntheticNode(self.tmp / "node", extensions=("cpu.bvt_warp_ns", "cpu.idle"))
         decisions = DecisionLog()
         core = HookCore(runtime_hooks(node), CgroupExecutor(node.layout, decisions), decisions)
-        plugin = NRIPlugin(EventBus(), NRISettings(socket=tmp / "s"), handler=NRIHooks(core, node.layout))
-        session = PluginSession(plugin)
-        conn = NRIConnection(session.handle, after_reply=session.replied)
-        sink = _Sink()
-        conn._transport = sink  # type: ignore[assignment]  # (not connection_made: older code asserted the type)
-        loop = asyncio.get_running_loop()
-        stream = 1
+        self.plugin = NRIPlugin(
+            EventBus(), NRISettings(socket=self.tmp / "s"), handler=NRIHooks(core, node.layout)
+        )
+        self.plugin.timings = {}
+        session = PluginSession(self.plugin)
+        self.conn = NRIConnection(session.handle, after_reply=session.replied)
+        self.sink = _Sink()
+        self.conn._transport = self.sink  # type: ignore[assignment]  # (not connection_made: older code asserted the type)
+        self.stream = 1
 
-        async def call(method: str, payload: bytes) -> None:
-            nonlocal stream
-            env = encode_request(PLUGIN_SERVICE, method, payload, 2_000_000_000)
-            data = b"".join(frames_for(1, encode_message(stream, MessageType.REQUEST, env)))
-            stream += 2
-            sink.replied = loop.create_future()
-            conn.data_received(data)
-            await sink.replied
+    def __enter__(self) -> InProcessPlugin:
+        return self
 
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    async def call(self, method: str, payload: bytes) -> None:
+        """One request through the connection, until its reply is written."""
+        from koordqos.nri.mux import frames_for
+        from koordqos.nri.session import PLUGIN_SERVICE
+        from koordqos.nri.ttrpc import MessageType, encode_message, encode_request
+
+        env = encode_request(PLUGIN_SERVICE, method, payload, 2_000_000_000)
+        data = b"".join(frames_for(1, encode_message(self.stream, MessageType.REQUEST, env)))
+        self.stream += 2
+        self.sink.replied = asyncio.get_running_loop().create_future()
+        self.conn.data_received(data)
+        await self.sink.replied
+
+    async def synchronize(self, pods: int, per_pod: int) -> list[bytes]:
+        """Synchronize a node of `pods` BE pods; the payloads of 16 CreateContainer calls of a new BE pod."""
         sync_pods, sync_ctrs = sample_node(pods, per_pod)
         for p in sync_pods:
             be(p)
-        await call(
+        await self.call(
             "Synchronize", api.SynchronizeRequest(pods=sync_pods, containers=sync_ctrs).SerializeToString()
         )
         pod = be(sample_pod(pods + 1))
-        payloads = [
+        return [
             api.CreateContainerRequest(
                 pod=pod, container=sample_container(pod, j, api.CONTAINER_CREATED)
             ).SerializeToString()
             for j in range(16)
         ]
+
+
+async def in_process_cpu(calls: int, pods: int, per_pod: int) -> dict[str, float]:
+    """Plugin CPU per CreateContainer without sockets (`InProcessPlugin`), after a Synchronize of `pods` ×
+    `per_pod`; the loop thread's CPU time per call over batches of 250 calls (medians), which a loaded
+    machine inflates far less than wall-clock figures."""
+    with InProcessPlugin() as ip:
+        payloads = await ip.synchronize(pods, per_pod)
         per_call: list[float] = []
         for batch in range(calls // 250):
             c0 = time.thread_time()
             for i in range(250):
-                await call("CreateContainer", payloads[i % 16])
+                await ip.call("CreateContainer", payloads[i % 16])
             if batch:  # the first batch warms up
                 per_call.append((time.thread_time() - c0) / 250)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {"cpu_us": median(per_call) * 1e6, "cpu_min_us": min(per_call) * 1e6}
 
 
@@ -273,6 +300,11 @@ def main() -> None:
     p.add_argument("--pods", type=int, default=200)
     p.add_argument("--per-pod", type=int, default=2)
     p.add_argument("--plugin", choices=["koordqos", "stub"], default="koordqos", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--keep-cpus-busy",
+        action="store_true",
+        help="one SCHED_IDLE spinner per CPU during the socket runs: no CPU idles (see bench/wakeup.py)",
+    )
     p.add_argument(
         "--yardstick",
         action="store_true",
@@ -285,10 +317,11 @@ def main() -> None:
     quiet_logs()
     calls = 200 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
-    results = [
-        run(one_run(calls, args.pods, args.per_pod, args.loop, args.busy_poll), args.loop)
-        for _ in range(runs)
-    ]
+    with idle_spinners(args.keep_cpus_busy):
+        results = [
+            run(one_run(calls, args.pods, args.per_pod, args.loop, args.busy_poll), args.loop)
+            for _ in range(runs)
+        ]
     cpu = [run(in_process_cpu(max(calls, 1000), args.pods, args.per_pod), args.loop) for _ in range(runs)]
     for r, c in zip(results, cpu, strict=True):
         r.update(c)
@@ -300,7 +333,8 @@ def main() -> None:
         except GoUnavailable as exc:
             print(f"yardstick skipped: {exc}")
         else:
-            go = [stub_run(stub, calls, args.pods, args.per_pod, args.loop) for _ in range(runs)]
+            with idle_spinners(args.keep_cpus_busy):
+                go = [stub_run(stub, calls, args.pods, args.per_pod, args.loop) for _ in range(runs)]
             p50, p99 = median([g["rtt_p50"] for g in go]), median([g["rtt_p99"] for g in go])
             yardstick = [
                 [
@@ -313,7 +347,9 @@ def main() -> None:
     n_ctr = args.pods * args.per_pod
     print(
         f"Runtime hooks benchmark — {machine()}; {calls} CreateContainer calls, all six hooks, "
-        f"median of {runs} run(s), {args.loop} loop; load average "
+        f"median of {runs} run(s), {args.loop} loop"
+        + ("; CPUs kept busy (idle-priority spinners)" if args.keep_cpus_busy else "")
+        + "; load average "
         + " ".join(f"{x:.2f}" for x in os.getloadavg())
     )
     print(
@@ -330,6 +366,11 @@ def main() -> None:
                     "",
                 ],
                 *yardstick,
+                [
+                    "busy-poll windows after a reply: caught / expired / skipped (medians of runs)",
+                    " / ".join(f"{med['windows_' + k]:.0f}" for k in ("caught", "expired", "skipped")),
+                    "",
+                ],
                 [
                     "CreateContainer plugin CPU per call, in process (loop-thread CPU; best batch)",
                     f"{med['cpu_us']:.0f} µs ({med['cpu_min_us']:.0f})",
