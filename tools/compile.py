@@ -52,11 +52,35 @@ HOT_PATH = (
 
 
 # mypyc's setuptools build, run in the copy: one C file per module (multi_file: 55 s on this 2-core machine
-# against 74 s for one large file), the extensions built in place
+# against 74 s for one large file), the extensions built in place. Most of the C is in one shared extension,
+# whose sources distutils compiles one after the other: `_compile_in_parallel` compiles them on every core
+# (the whole build at -O3 64 → 44 s, at -O0 48 → 34 s on 2 cores).
 _SETUP = """
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
+
 from mypyc.build import mypycify
 from setuptools import setup
+from distutils.ccompiler import CCompiler
+
+
+def _compile_in_parallel(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,
+                         extra_preargs=None, extra_postargs=None, depends=None):
+    macros, objects, extra_postargs, pp_opts, build = self._setup_compile(
+        output_dir, macros, include_dirs, sources, depends, extra_postargs)
+    cc_args = self._get_cc_args(pp_opts, debug, extra_preargs)
+
+    def one(obj):
+        src, ext = build[obj]
+        self._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        list(pool.map(one, [o for o in objects if o in build]))
+    return objects
+
+
+CCompiler.compile = _compile_in_parallel
 opt, paths = sys.argv[1], sys.argv[2:]
 setup(
     name="koordqos-compiled",
