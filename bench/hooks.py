@@ -228,9 +228,13 @@ class InProcessPlugin:
         from koordqos.nri.session import PluginSession
 
         self.tmp = Path(tempfile.mkdtemp(prefix="kqhcpu-", dir="/tmp"))
-        node = SyntheticNode(self.tmp / "node", extensions=("cpu.bvt_warp_ns", "cpu.idle"))
-        decisions = DecisionLog()
-        core = HookCore(runtime_hooks(node), CgroupExecutor(node.layout, decisions), decisions)
+        try:
+            node = SyntheticNode(self.tmp / "node", extensions=("cpu.bvt_warp_ns", "cpu.idle"))
+            decisions = DecisionLog()
+            core = HookCore(runtime_hooks(node), CgroupExecutor(node.layout, decisions), decisions)
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         self.plugin = NRIPlugin(
             EventBus(), NRISettings(socket=self.tmp / "s"), handler=NRIHooks(core, node.layout)
         )

@@ -8,8 +8,8 @@ the only difference between the rows is what happens between two calls:
 * `caches`: 8 MiB of memory written (the caches evicted);
 * `sleep`: `time.sleep(--sleep-us)`: the thread sleeps and the CPU goes idle, as the agent's does between
   two NRI calls that come further apart than its busy-poll window;
-* `sleep, CPUs kept busy`: the same with one `SCHED_IDLE` spinner per CPU (they run only when nothing else
-  wants the CPU), so the CPU idles without halting.
+* `sleep, CPUs kept busy`: the same with one `SCHED_IDLE` spinner per CPU (it runs only when nothing else
+  wants the CPU, and gives it up at once), so the CPU never goes idle.
 On bare metal or a VM that polls before it halts the `sleep` rows are close to `back to back`; on a VM whose
 idle vCPUs halt at once (`haltpoll.guest_halt_poll_ns=0`) the code after a wake-up runs far slower, which is
 what the plugin-side figures of bench/hooks.py and bench/nri.py (a runtime in another process) pay. The
@@ -88,11 +88,11 @@ def main() -> None:
     calls = 300 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
     rows = []
-    for name, pause in pauses(args.sleep_us).items():
-        res = [run(one_run(calls, pause), args.loop) for _ in range(runs)]
-        rows.append([name, res])
+    kinds = pauses(args.sleep_us)
+    for name, pause in kinds.items():
+        rows.append([name, [run(one_run(calls, pause), args.loop) for _ in range(runs)]])
     with idle_spinners():
-        sleep = pauses(args.sleep_us)["sleep"]
+        sleep = kinds["sleep"]
         rows.append(["sleep, CPUs kept busy", [run(one_run(calls, sleep), args.loop) for _ in range(runs)]])
     print(
         f"Wake-up cost — {machine()}; {calls} CreateContainer calls in process, six hooks, sleep "
