@@ -185,7 +185,9 @@ def stub_run(stub: Path, calls: int, pods: int, per_pod: int, loop: str) -> dict
     assert rt.stdout is not None
     try:
         assert rt.stdout.readline().strip() == b"ready"
-        plugin = subprocess.Popen([str(stub), "-socket", str(sock)], stdout=subprocess.DEVNULL)
+        plugin = subprocess.Popen(
+            [str(stub), "-socket", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         out = json.loads(rt.stdout.readline())
         rt.wait(timeout=30)
     finally:
