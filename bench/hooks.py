@@ -47,9 +47,13 @@ from koordqos.hooks import probe_bvt_system
 from koordqos.hooks.core import HookCore
 from koordqos.hooks.runtime import HookOptions, RuntimeHooks
 from koordqos.nri.api import nri_api_pb2 as api
+from koordqos.nri.connection import NRIConnection
 from koordqos.nri.convert import NRIHooks
 from koordqos.nri.metrics import BUSY_POLL_WINDOWS
+from koordqos.nri.mux import frames_for
 from koordqos.nri.plugin import NRIPlugin
+from koordqos.nri.session import PLUGIN_SERVICE, PluginSession
+from koordqos.nri.ttrpc import MessageType, encode_message, encode_request
 from koordqos.testing.gopeer import GoUnavailable, build
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
@@ -226,9 +230,6 @@ class InProcessPlugin:
     until the reply is written. `plugin.timings` holds the plugin-side times. Use within `with`."""
 
     def __init__(self) -> None:
-        from koordqos.nri.connection import NRIConnection
-        from koordqos.nri.session import PluginSession
-
         self.tmp = Path(tempfile.mkdtemp(prefix="kqhcpu-", dir="/tmp"))
         try:
             node = SyntheticNode(self.tmp / "node", extensions=("cpu.bvt_warp_ns", "cpu.idle"))
@@ -255,10 +256,6 @@ class InProcessPlugin:
 
     async def call(self, method: str, payload: bytes) -> None:
         """One request through the connection, until its reply is written."""
-        from koordqos.nri.mux import frames_for
-        from koordqos.nri.session import PLUGIN_SERVICE
-        from koordqos.nri.ttrpc import MessageType, encode_message, encode_request
-
         env = encode_request(PLUGIN_SERVICE, method, payload, 2_000_000_000)
         data = b"".join(frames_for(1, encode_message(self.stream, MessageType.REQUEST, env)))
         self.stream += 2

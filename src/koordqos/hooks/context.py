@@ -107,23 +107,53 @@ class PodContext:
     source: Source = "reconciler"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # `__init__` declared: see `Resources`
 class ContainerRequest:
     """What hooks know about a container (or, with `sandbox`, the pod's sandbox container)."""
 
     pod_uid: str
-    container_name: str = ""
-    container_id: str = ""  # "<runtime>://<id>"
-    sandbox: bool = False
-    pod_namespace: str = ""
-    pod_name: str = ""
-    pod_labels: Mapping[str, str] = field(default_factory=dict)
-    pod_annotations: Mapping[str, str] = field(default_factory=dict)
-    pod_cgroup_parent: str = ""
-    cgroup_parent: str = ""  # the container's own directory; "" when unknown
-    envs: Mapping[str, str] = field(default_factory=dict)
-    resources: Resources | None = None
-    extended: ExtendedResources | None = None
+    container_name: str
+    container_id: str  # "<runtime>://<id>"
+    sandbox: bool
+    pod_namespace: str
+    pod_name: str
+    pod_labels: Mapping[str, str]
+    pod_annotations: Mapping[str, str]
+    pod_cgroup_parent: str
+    cgroup_parent: str  # the container's own directory; "" when unknown
+    envs: Mapping[str, str]
+    resources: Resources | None
+    extended: ExtendedResources | None
+
+    def __init__(
+        self,
+        pod_uid: str,
+        container_name: str = "",
+        container_id: str = "",
+        sandbox: bool = False,
+        pod_namespace: str = "",
+        pod_name: str = "",
+        pod_labels: Mapping[str, str] | None = None,
+        pod_annotations: Mapping[str, str] | None = None,
+        pod_cgroup_parent: str = "",
+        cgroup_parent: str = "",
+        envs: Mapping[str, str] | None = None,
+        resources: Resources | None = None,
+        extended: ExtendedResources | None = None,
+    ) -> None:
+        self.pod_uid = pod_uid
+        self.container_name = container_name
+        self.container_id = container_id
+        self.sandbox = sandbox
+        self.pod_namespace = pod_namespace
+        self.pod_name = pod_name
+        self.pod_labels = {} if pod_labels is None else pod_labels
+        self.pod_annotations = {} if pod_annotations is None else pod_annotations
+        self.pod_cgroup_parent = pod_cgroup_parent
+        self.cgroup_parent = cgroup_parent
+        self.envs = {} if envs is None else envs
+        self.resources = resources
+        self.extended = extended
 
     @property
     def qos(self) -> QoSClass:
@@ -136,23 +166,45 @@ class ContainerRequest:
         return kube_qos_from_cgroup_parent(self.cgroup_parent or self.pod_cgroup_parent)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # `__init__` declared: see `Resources`
 class ContainerResponse:
     """What hooks set for a container: NRI adjustment/update fields, or container cgroup files."""
 
-    resources: Resources = field(default_factory=Resources)
-    add_envs: dict[str, str] = field(default_factory=dict)
-    oom_score_adj: int | None = None
-    rdt_class: str | None = None  # the resctrl group (closid) the container starts in
+    resources: Resources
+    add_envs: dict[str, str]
+    oom_score_adj: int | None
+    rdt_class: str | None  # the resctrl group (closid) the container starts in
+
+    def __init__(
+        self,
+        resources: Resources | None = None,
+        add_envs: dict[str, str] | None = None,
+        oom_score_adj: int | None = None,
+        rdt_class: str | None = None,
+    ) -> None:
+        self.resources = Resources() if resources is None else resources
+        self.add_envs = {} if add_envs is None else add_envs
+        self.oom_score_adj = oom_score_adj
+        self.rdt_class = rdt_class
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # `__init__` declared: see `Resources`
 class ContainerContext:
     """A container-level hook invocation."""
 
     request: ContainerRequest
-    response: ContainerResponse = field(default_factory=ContainerResponse)
-    source: Source = "reconciler"
+    response: ContainerResponse
+    source: Source
+
+    def __init__(
+        self,
+        request: ContainerRequest,
+        response: ContainerResponse | None = None,
+        source: Source = "reconciler",
+    ) -> None:
+        self.request = request
+        self.response = ContainerResponse() if response is None else response
+        self.source = source
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -66,7 +66,7 @@ def call_deadline(request_timeout: float, elapsed: float, timeout_nano: int = 0)
     return max(0.001, budget - margin - elapsed)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)  # `__init__` declared: see `hooks.resources.Resources`
 class Call:
     """One runtime call in progress: its name (a metric label), policy, deadline, and what ran."""
 
@@ -74,10 +74,20 @@ class Call:
     policy: FailurePolicy
     deadline: float  # seconds
     end: float  # time.perf_counter() value past which nothing more runs
-    ran: list[str] = field(default_factory=list)
-    errors: dict[str, str] = field(default_factory=dict)
-    timed_out: bool = False
-    step: str = ""  # the hook (or step) running now: named when the deadline passes
+    ran: list[str]
+    errors: dict[str, str]
+    timed_out: bool
+    step: str  # the hook (or step) running now: named when the deadline passes
+
+    def __init__(self, name: str, policy: FailurePolicy, deadline: float, end: float) -> None:
+        self.name = name
+        self.policy = policy
+        self.deadline = deadline
+        self.end = end
+        self.ran = []
+        self.errors = {}
+        self.timed_out = False
+        self.step = ""
 
     @classmethod
     def start(cls, name: str, deadline: float, policy: FailurePolicy = "Ignore") -> Call:

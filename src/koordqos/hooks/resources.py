@@ -39,16 +39,34 @@ def milli_cpu_to_quota(milli: int) -> int:
     return max(quota, MIN_QUOTA)
 
 
-@dataclass(slots=True)
+# Classes built on every NRI call declare their `__init__` (`init=False`): compiled, mypyc makes an explicit
+# one native, while the one `dataclass` generates stays interpreted (≈ 0.6 µs a construction).
+@dataclass(slots=True, init=False)
 class Resources:
     """Cgroup-level resources a context carries (request) or a hook sets (response)."""
 
-    cpu_shares: int | None = None
-    cfs_quota: int | None = None
-    cpuset: str | None = None
-    memory_limit: int | None = None
-    cpu_bvt: int | None = None
-    cpu_idle: int | None = None
+    cpu_shares: int | None
+    cfs_quota: int | None
+    cpuset: str | None
+    memory_limit: int | None
+    cpu_bvt: int | None
+    cpu_idle: int | None
+
+    def __init__(
+        self,
+        cpu_shares: int | None = None,
+        cfs_quota: int | None = None,
+        cpuset: str | None = None,
+        memory_limit: int | None = None,
+        cpu_bvt: int | None = None,
+        cpu_idle: int | None = None,
+    ) -> None:
+        self.cpu_shares = cpu_shares
+        self.cfs_quota = cfs_quota
+        self.cpuset = cpuset
+        self.memory_limit = memory_limit
+        self.cpu_bvt = cpu_bvt
+        self.cpu_idle = cpu_idle
 
     def is_origin_set(self) -> bool:
         """Whether any of shares, quota, cpuset or memory limit is set (the CRI/NRI-visible fields)."""

@@ -53,14 +53,20 @@ class Code(enum.IntEnum):
     INTERNAL = 13
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # `__init__` declared: native when compiled (see `decisions.Decision`)
 class Message:
-    """One ttrpc message: header fields and the raw (undecoded) data."""
+    """One ttrpc message: header fields and the raw (undecoded) data. Not changed once made."""
 
     stream_id: int
     type: int
     flags: int
     data: BytesLike  # a memoryview for a message of HANDOVER_BYTES or more
+
+    def __init__(self, stream_id: int, type: int, flags: int, data: BytesLike) -> None:
+        self.stream_id = stream_id
+        self.type = type
+        self.flags = flags
+        self.data = data
 
 
 def encode_message(stream_id: int, mtype: int, data: bytes, flags: int = 0) -> bytes:
