@@ -16,10 +16,7 @@ log = structlog.get_logger("koordqos.decision")
 _COUNTERS: dict[tuple[str, str, bool], Any] = {}  # (strategy, action, dry_run) -> counter child
 
 
-# `__init__` declared (`init=False`): compiled, mypyc makes an explicit one native, while the one `dataclass`
-# generates stays interpreted (≈ 0.6 µs a construction, one per NRI call); not frozen, as a frozen class's
-# `__init__` must go through `object.__setattr__`. A decision is not changed once made.
-@dataclass(slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class Decision:
     """One action taken, or that would have been taken in dry-run."""
 
@@ -27,30 +24,10 @@ class Decision:
     strategy: str
     target: str
     action: str
-    old: Any
-    new: Any
-    reason: str
-    dry_run: bool
-
-    def __init__(
-        self,
-        time: float,
-        strategy: str,
-        target: str,
-        action: str,
-        old: Any = None,
-        new: Any = None,
-        reason: str = "",
-        dry_run: bool = False,
-    ) -> None:
-        self.time = time
-        self.strategy = strategy
-        self.target = target
-        self.action = action
-        self.old = old
-        self.new = new
-        self.reason = reason
-        self.dry_run = dry_run
+    old: Any = None
+    new: Any = None
+    reason: str = ""
+    dry_run: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""

@@ -53,7 +53,9 @@ class Code(enum.IntEnum):
     INTERNAL = 13
 
 
-@dataclass(slots=True, init=False)  # `__init__` declared: native when compiled (see `decisions.Decision`)
+# `__init__` declared: native when compiled (see `hooks.resources.Resources`); not frozen, as a frozen class's
+# `__init__` must go through `object.__setattr__`
+@dataclass(slots=True, init=False)
 class Message:
     """One ttrpc message: header fields and the raw (undecoded) data. Not changed once made."""
 
