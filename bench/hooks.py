@@ -304,6 +304,13 @@ def main() -> None:
     p.add_argument("--per-pod", type=int, default=2)
     p.add_argument("--plugin", choices=["koordqos", "stub"], default="koordqos", help=argparse.SUPPRESS)
     p.add_argument(
+        "--in-process-only",
+        type=int,
+        metavar="CALLS",
+        help="run only the in-process calls (a Synchronize, then CALLS CreateContainer) and exit: for "
+        "`valgrind --tool=callgrind` at two counts, whose difference is the instructions of the calls",
+    )
+    p.add_argument(
         "--keep-cpus-busy",
         action="store_true",
         help="one SCHED_IDLE spinner per CPU during the socket runs: no CPU idles (see bench/wakeup.py)",
@@ -318,6 +325,9 @@ def main() -> None:
         run(runtime_role(args.socket, args.calls, args.pods, args.per_pod, args.plugin), args.loop)
         return
     quiet_logs()
+    if args.in_process_only is not None:
+        run(in_process_cpu(args.in_process_only, args.pods, args.per_pod), args.loop)
+        return
     calls = 200 if args.quick else args.calls
     runs = 1 if args.quick else args.runs
     with idle_spinners(args.keep_cpus_busy):
