@@ -79,15 +79,25 @@ class Call:
     timed_out: bool
     step: str  # the hook (or step) running now: named when the deadline passes
 
-    def __init__(self, name: str, policy: FailurePolicy, deadline: float, end: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        policy: FailurePolicy,
+        deadline: float,
+        end: float,
+        ran: list[str] | None = None,
+        errors: dict[str, str] | None = None,
+        timed_out: bool = False,
+        step: str = "",
+    ) -> None:
         self.name = name
         self.policy = policy
         self.deadline = deadline
         self.end = end
-        self.ran = []
-        self.errors = {}
-        self.timed_out = False
-        self.step = ""
+        self.ran = [] if ran is None else ran
+        self.errors = {} if errors is None else errors
+        self.timed_out = timed_out
+        self.step = step
 
     @classmethod
     def start(cls, name: str, deadline: float, policy: FailurePolicy = "Ignore") -> Call:
