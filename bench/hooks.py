@@ -116,6 +116,16 @@ def runtime_hooks(node: SyntheticNode) -> RuntimeHooks:
     return hooks
 
 
+def runtime_cmd(
+    sock: Path, calls: int, pods: int, per_pod: int, loop: str, plugin: str = "koordqos"
+) -> list[str]:
+    """The command of the runtime process (this script in the runtime role) for `plugin`."""
+    return [
+        *(sys.executable, __file__, "--role", "runtime", "--socket", str(sock), "--calls", str(calls)),
+        *("--pods", str(pods), "--per-pod", str(per_pod), "--loop", loop, "--plugin", plugin),
+    ]
+
+
 async def one_run(
     calls: int, pods: int, per_pod: int, loop: str = "asyncio", busy_poll: float | None = None
 ) -> dict[str, float]:
@@ -123,22 +133,7 @@ async def one_run(
     tmp = Path(tempfile.mkdtemp(prefix="kqhbench-", dir="/tmp"))
     sock = tmp / "nri.sock"
     node = SyntheticNode(tmp / "node", extensions=("cpu.bvt_warp_ns", "cpu.idle"))
-    cmd = [
-        sys.executable,
-        __file__,
-        "--role",
-        "runtime",
-        "--socket",
-        str(sock),
-        "--calls",
-        str(calls),
-        "--pods",
-        str(pods),
-        "--per-pod",
-        str(per_pod),
-        "--loop",
-        loop,
-    ]
+    cmd = runtime_cmd(sock, calls, pods, per_pod, loop)
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     windows0 = busy_poll_windows()
@@ -182,9 +177,7 @@ def stub_run(stub: Path, calls: int, pods: int, per_pod: int, loop: str) -> dict
     """The same mock runtime process against the compiled Go plugin: its round trip p50/p99 (µs)."""
     tmp = Path(tempfile.mkdtemp(prefix="kqhstub-", dir="/tmp"))
     sock = tmp / "nri.sock"
-    cmd = [sys.executable, __file__, "--role", "runtime", "--socket", str(sock), "--calls", str(calls)]
-    cmd += ["--pods", str(pods), "--per-pod", str(per_pod), "--loop", loop, "--plugin", "stub"]
-    rt = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    rt = subprocess.Popen(runtime_cmd(sock, calls, pods, per_pod, loop, "stub"), stdout=subprocess.PIPE)
     plugin: subprocess.Popen[bytes] | None = None
     assert rt.stdout is not None
     try:

@@ -32,6 +32,7 @@ HOT_PATH = (
     "koordqos/nri/session.py",
     "koordqos/nri/convert.py",
     "koordqos/nri/runtime_objects.py",
+    "koordqos/nri/limits.py",
     "koordqos/hooks/core.py",
     "koordqos/hooks/context.py",
     "koordqos/hooks/resources.py",
@@ -47,7 +48,6 @@ HOT_PATH = (
     "koordqos/decisions.py",
     "koordqos/observability.py",
     "koordqos/once.py",
-    "koordqos/nri/limits.py",
 )
 
 
