@@ -47,6 +47,7 @@ from koordqos.hooks import probe_bvt_system
 from koordqos.hooks.core import HookCore
 from koordqos.hooks.runtime import HookOptions, RuntimeHooks
 from koordqos.nri.api import nri_api_pb2 as api
+from koordqos.nri.busypoll import SpareCPU
 from koordqos.nri.connection import NRIConnection
 from koordqos.nri.convert import NRIHooks
 from koordqos.nri.metrics import BUSY_POLL_WINDOWS
@@ -142,7 +143,12 @@ async def one_run(
         bus = EventBus()
         decisions = DecisionLog()
         core = HookCore(runtime_hooks(node), CgroupExecutor(node.layout, decisions), decisions)
-        plugin = NRIPlugin(bus, plugin_settings(sock, busy_poll), handler=NRIHooks(core, node.layout))
+        plugin = NRIPlugin(
+            bus,
+            plugin_settings(sock, busy_poll),
+            handler=NRIHooks(core, node.layout),
+            busy_poll_gate=SpareCPU(Path("/proc/stat")),  # as the agent's (build_plugin), on this machine
+        )
         plugin.timings = {}
         task = asyncio.create_task(plugin.run())
         out = json.loads(await proc.stdout.readline())

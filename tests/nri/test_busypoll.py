@@ -11,14 +11,18 @@ from typing import Any
 
 import pytest
 import uvloop
+from structlog.testing import capture_logs
 
+from koordqos.config import AgentConfig
 from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.metrics.types import MetricSnapshot, NodeSample
+from koordqos.nri import build_plugin
 from koordqos.nri import metrics as m
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.nri.busypoll import BusyPoll, spare_cpu
+from koordqos.nri.busypoll import BusyPoll, SpareCPU, spare_cpu
 from koordqos.nri.plugin import NRIPlugin
+from koordqos.nri.session import no_hooks
 from koordqos.state import NodeState, reduce
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_pod
@@ -201,5 +205,241 @@ async def test_the_plugins_setting_reaches_its_connection(
             assert sum(windows()) - caught - expired == 5
         else:
             assert windows() == (caught, expired)
+    finally:
+        await runtime.stop()
+
+
+# -- SpareCPU: the gate the agent passes, on the proc root's stat ------------------------------------
+
+
+def stat_text(busy: int, idle: int, cpus: int = 2) -> str:
+    """A /proc/stat whose aggregate line has `busy` ticks (user) and `idle` ticks, with `cpus` cpuN lines."""
+    lines = [f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0"]
+    lines += [f"cpu{i} {busy // cpus} 0 0 {idle // cpus} 0 0 0 0 0 0" for i in range(cpus)]
+    return "\n".join([*lines, "intr 1 2 3", "ctxt 99", ""])
+
+
+class FakeNode:
+    """A stat file, a clock and this process's CPU time, all moved by the test."""
+
+    def __init__(self, cpus: int = 2) -> None:
+        self.cpus = cpus
+        self.busy = 1000
+        self.idle = 1000
+        self.now = 100.0
+        self.own = 5.0
+        self.reads = 0
+        self.fail: Exception | None = None
+        self.text: str | None = None  # when set, read instead of the ticks
+
+    def read(self, path: Path) -> str:
+        self.reads += 1
+        if self.fail is not None:
+            raise self.fail
+        return self.text if self.text is not None else stat_text(self.busy, self.idle, self.cpus)
+
+    def run(self, seconds: float, others: float, own: float = 0.0) -> None:
+        """`seconds` pass with `others` cores used by other processes and `own` by this one (100 ticks/s)."""
+        used = others + own
+        self.busy += round(used * seconds * 100)
+        self.idle += round(max(self.cpus - used, 0.0) * seconds * 100)
+        self.own += own * seconds
+        self.now += seconds
+
+    def gate(self, fallback: Callable[[], bool] | None = None) -> SpareCPU:
+        return SpareCPU(
+            Path("/synthetic/proc/stat"),
+            fallback,
+            clock=lambda: self.now,
+            own_cpu=lambda: self.own,
+            read=self.read,
+        )
+
+
+def test_spare_cpu_is_closed_until_two_samples_a_period_apart() -> None:
+    node = FakeNode()
+    gate = node.gate()
+    assert node.reads == 0  # nothing read at construction: the agent's start-up stays out of the window
+    assert gate() is False  # the first sample: nothing known yet
+    node.run(0.05, others=0.0)
+    assert gate() is False  # within the period: not read again
+    assert node.reads == 1
+    node.run(0.06, others=0.0)
+    assert gate() is True  # an idle node, 0.11 s later
+    assert node.reads == 2
+
+
+@pytest.mark.parametrize(
+    ("cpus", "others", "own", "spare"),
+    [
+        (2, 0.0, 0.0, True),
+        (2, 0.9, 0.0, True),  # 1.1 cores idle
+        (2, 1.4, 0.0, False),  # two busy processes at 70 %: 0.6 idle
+        (2, 0.8, 0.6, True),  # 0.6 idle, and the agent's own calls and polling (0.6) count as spare
+        (2, 1.4, 0.6, False),  # the node is full and others use 1.4 of it: 0.6 is not a core
+        (2, 2.0, 0.0, False),
+        (2, 0.9, 1.1, True),  # the node is full, but 1.1 cores of it are ours
+        (64, 62.5, 0.0, True),
+        (64, 63.5, 0.0, False),
+    ],
+)
+def test_spare_cpu_counts_idle_cores_and_this_process_own(
+    cpus: int, others: float, own: float, spare: bool
+) -> None:
+    node = FakeNode(cpus)
+    gate = node.gate()
+    gate()
+    node.run(0.2, others=others, own=own)
+    assert gate() is spare
+
+
+def test_spare_cpu_follows_the_node_as_it_gets_busy_and_quiet_again() -> None:
+    node = FakeNode()
+    gate = node.gate()
+    gate()
+    verdicts = []
+    for others in (0.2, 0.2, 1.8, 1.8, 0.3):
+        node.run(0.15, others=others)
+        verdicts.append(gate())
+    assert verdicts == [True, True, False, False, True]
+
+
+def test_spare_cpu_keeps_its_verdict_and_base_while_the_stat_does_not_change() -> None:
+    node = FakeNode()
+    gate = node.gate()
+    gate()
+    node.run(0.15, others=0.0)
+    assert gate() is True
+    # the file is copied every 0.2 s (a synthetic root): a read in between sees the same ticks
+    node.now += 0.15
+    node.own += 0.15
+    assert gate() is True
+    reads = node.reads
+    # the next change spans 0.3 s of a busy node since the base sample
+    node.run(0.2, others=2.0)
+    assert gate() is False
+    assert node.reads == reads + 1
+
+
+def test_spare_cpu_reads_at_most_once_a_period() -> None:
+    node = FakeNode()
+    gate = node.gate()
+    for _ in range(1000):  # a burst of replies 50 µs apart
+        gate()
+        node.run(0.00005, others=0.0)
+    assert node.reads == 1  # 50 ms in all: one read
+    node.run(0.06, others=0.0)
+    gate()
+    assert node.reads == 2
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [FileNotFoundError(2, "No such file or directory"), PermissionError(13, "Permission denied"), "garbage"],
+)
+def test_an_unreadable_stat_falls_back_logged_and_counted_once(fault: Exception | str) -> None:
+    node = FakeNode()
+    fallback_says = False
+    gate = node.gate(fallback=lambda: fallback_says)
+    errors = m.BUSY_POLL_GATE_ERRORS._value.get()
+    if isinstance(fault, str):
+        node.text = "cpu  not numbers\n"
+    else:
+        node.fail = fault
+    with capture_logs() as logs:
+        for _ in range(3):
+            assert gate() is False  # the fallback's answer
+            node.run(0.2, others=0.0)
+        fallback_says = True
+        assert gate() is True
+    assert m.BUSY_POLL_GATE_ERRORS._value.get() == errors + 1
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert len(warnings) == 1
+    assert warnings[0]["path"] == "/synthetic/proc/stat"
+    assert "cannot read the node's CPU" in warnings[0]["event"]
+    # readable again: the stat decides (closed until two samples, then a busy node says no)
+    node.fail = None
+    node.text = None
+    fallback_says = True
+    node.run(0.2, others=2.0)
+    gate()
+    node.run(0.2, others=2.0)
+    assert gate() is False
+
+
+def test_an_unreadable_stat_without_a_fallback_leaves_the_gate_open() -> None:
+    node = FakeNode()
+    node.fail = FileNotFoundError(2, "No such file or directory")
+    assert node.gate()() is True  # as `spare_cpu` without metrics: a window's cost is bounded
+
+
+async def test_spare_cpu_on_the_real_proc_stat() -> None:
+    """Two real samples give a verdict (which one depends on this machine's load)."""
+    gate = SpareCPU(Path("/proc/stat"), period=0.0)
+    assert gate() is False
+    first = gate._base
+    assert first is not None
+
+    def ticked() -> bool:  # the kernel's tick moved the totals on: a second sample makes a window
+        gate()
+        return gate._base is not None and gate._base[1] > first[1]
+
+    await wait_until(ticked, timeout=5, message="/proc/stat ticked")
+    assert gate._base is not None
+    verdict = gate()
+    assert isinstance(verdict, bool)
+    assert verdict is gate._verdict
+
+
+@pytest.mark.parametrize(("window", "gated"), [(0.0001, True), (0.0, False)])
+def test_the_agents_plugin_gates_on_its_proc_root(window: float, gated: bool, tmp_path: Path) -> None:
+    """build_plugin gives the plugin a SpareCPU on the configured proc root (none when polling is off)."""
+    (tmp_path / "stat").write_text(stat_text(1000, 1000))
+    config = AgentConfig.model_validate(
+        {
+            "paths": {"proc_root": str(tmp_path)},
+            "nri": {"socket": str(tmp_path / "nri.sock"), "busy_poll_seconds": window},
+        }
+    )
+    plugin = build_plugin(EventBus(), config, no_hooks, {})
+    gate = plugin.busy_poll_gate
+    assert isinstance(gate, SpareCPU) is gated
+    if isinstance(gate, SpareCPU):
+        assert gate.stat == tmp_path / "stat"
+        assert gate() is False  # closed until two samples
+        gate._read_at = -1e9  # the period has passed
+        (tmp_path / "stat").write_text(stat_text(1000 + 400, 1000))  # both cores busy since
+        assert gate() is False
+        gate._read_at = -1e9
+        (tmp_path / "stat").write_text(stat_text(1400, 1000 + 400))  # both idle since
+        assert gate() is True
+
+
+async def test_a_busy_node_seen_in_the_stat_opens_no_window(
+    sock_path: Path, start_plugin: Callable[..., NRIPlugin], tmp_path: Path
+) -> None:
+    """End to end: the plugin's replies open no window while the proc root shows the node busy."""
+    stat = tmp_path / "stat"
+    stat.write_text(stat_text(1000, 1000))
+    gate = SpareCPU(stat, period=0.0, own_cpu=lambda: 0.0)  # (the mock runtime shares this process's CPU)
+    gate()  # the first sample
+    stat.write_text(stat_text(1000 + 10_000, 1000))  # busy since
+    runtime = MockRuntime(sock_path, request_timeout=2.0)
+    await runtime.start()
+    try:
+        plugin = start_plugin(settings(sock_path, busy_poll_seconds=0.01), busy_poll_gate=gate)
+        await runtime.wait_joined(timeout=5)
+        pod = sample_pod(4)
+        await runtime.run_pod_sandbox(pod)
+        session = plugin.session
+        assert session is not None
+        assert session.conn is not None
+        busy = session.conn.busy_poll
+        await wait_until(lambda: not busy.polling, timeout=2, message="no window open")
+        before, skips = windows(), skipped()
+        for j in range(5):
+            await runtime.create_container(pod, sample_container(pod, j, api.CONTAINER_CREATED))
+        assert windows() == before
+        assert skipped() - skips == 5
     finally:
         await runtime.stop()

@@ -20,9 +20,14 @@ if TYPE_CHECKING:
 def build_plugin(
     bus: EventBus, config: AgentConfig, handler: NRIHandler, status: MutableMapping[str, Any]
 ) -> NRIPlugin:
-    """The NRI plugin (NRI_PLUGIN_* from the environment when the runtime launched us)."""
+    """The NRI plugin (NRI_PLUGIN_* from the environment when the runtime launched us); its busy-poll gate
+    reads the node's CPU from the proc root."""
+    from koordqos.nri.busypoll import SpareCPU, spare_cpu
     from koordqos.nri.plugin import DEFAULT_EVENTS, NRIPlugin, mask_without_stages
 
+    gate = None
+    if config.nri.busy_poll_seconds > 0:
+        gate = SpareCPU(config.paths.proc_root / "stat", fallback=lambda: spare_cpu(bus.state))
     return NRIPlugin.from_env(
         bus,
         config.nri,
@@ -30,4 +35,5 @@ def build_plugin(
         failure_policy=config.hooks.failure_policy,
         status=status,
         events_mask=mask_without_stages(DEFAULT_EVENTS, config.hooks.disable_stages),
+        busy_poll_gate=gate,
     )

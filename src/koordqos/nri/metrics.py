@@ -49,6 +49,12 @@ REQUEST_SECONDS = LoopHistogram(
     buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2),
     registry=REGISTRY,
 )
+BUSY_POLL_GATE_ERRORS = Counter(
+    "koordqos_nri_busy_poll_gate_errors_total",
+    "Times the busy-poll gate could not read the node's CPU from the proc root's stat and fell back to the "
+    "metrics round's view (counted once per stretch of failures)",
+    registry=REGISTRY,
+)
 BUSY_POLL_WINDOWS = FastCounter(
     "koordqos_nri_busy_poll_windows_total",
     "Polling windows after a reply (nri.busy_poll_seconds): caught (the runtime's next request came within "

@@ -12,7 +12,7 @@ import asyncio
 import os
 import random
 import socket
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,7 @@ class NRIPlugin:
         status: MutableMapping[str, Any] | None = None,
         socket_fd: int | None = None,
         rng: random.Random | None = None,
+        busy_poll_gate: Callable[[], bool] | None = None,
     ) -> None:
         self.bus = bus
         self.settings = settings
@@ -97,6 +98,8 @@ class NRIPlugin:
         self.sessions = 0
         self.timings: dict[str, list[float]] | None = None  # plugin-side seconds per method, when enabled
         self.limits = RuntimeObjectLimits(settings.max_pod_sandboxes, settings.max_containers)
+        # whether a reply may open a busy-poll window: the agent passes a SpareCPU on its proc root
+        self.busy_poll_gate = busy_poll_gate or (lambda: spare_cpu(self.bus.state))
         self.set_status("connecting")
 
     @classmethod
@@ -198,7 +201,7 @@ class NRIPlugin:
                 role="plugin",
                 after_reply=session.replied,
                 busy_poll=self.settings.busy_poll_seconds,
-                busy_poll_gate=lambda: spare_cpu(self.bus.state),
+                busy_poll_gate=self.busy_poll_gate,
             )
 
         async with asyncio.timeout(self.settings.connect_timeout_seconds):
