@@ -367,6 +367,18 @@ def test_an_unreadable_stat_falls_back_logged_and_counted_once(fault: Exception 
     assert gate() is False
 
 
+def test_a_connections_window_primes_its_gate_as_it_opens() -> None:
+    node = FakeNode()
+    gate = node.gate()
+    BusyPoll(0.0, gate=gate)
+    assert node.reads == 0  # polling off: the gate is never asked
+    BusyPoll(0.0001, gate=gate)
+    assert node.reads == 1  # the first sample, as the connection opens
+    node.run(0.15, others=0.0)
+    assert gate() is True  # so the first reply 0.1 s later already has a verdict
+    assert node.reads == 2
+
+
 def test_an_unreadable_stat_without_a_fallback_leaves_the_gate_open() -> None:
     node = FakeNode()
     node.fail = FileNotFoundError(2, "No such file or directory")

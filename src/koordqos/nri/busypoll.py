@@ -67,8 +67,9 @@ class SpareCPU:
     node's busy and total ticks, its CPU count) and this process's CPU time. spare = cpus × idle share +
     this process's cores: the agent's own CPU — its calls, its polling — is what a window would take
     anyway, so it must not close the gate by itself. Closed until two samples a `period` apart (the first
-    is taken at the first call, so that the agent's own start-up is not in the window): polling takes CPU
-    that may belong to someone else until shown otherwise. A `stat` that did not change since the last
+    is taken at the first call — `BusyPoll` makes it as the connection opens —, so that the agent's own
+    start-up is not in the window): polling takes CPU that may belong to someone else until shown
+    otherwise. A `stat` that did not change since the last
     sample (a coarse tick, a synthetic root) keeps the verdict and the older sample as the base. Unreadable
     or malformed, the gate says what `fallback` says (the metrics round's view; open without one), logged
     once per stretch of failures and counted in `koordqos_nri_busy_poll_gate_errors_total`."""
@@ -150,6 +151,8 @@ class BusyPoll:
         self._caught = m.BUSY_POLL_WINDOWS.labels("caught")
         self._expired = m.BUSY_POLL_WINDOWS.labels("expired")
         self._skipped = m.BUSY_POLL_WINDOWS.labels("skipped")
+        if window > 0 and gate is not None:
+            gate()  # a sampling gate (SpareCPU) takes its first sample as the connection opens
 
     def replied(self) -> None:
         """A reply went out: poll until `window` from now (a window already running is extended), when the
