@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from _common import add_busy_poll, machine, median, percentile, proc_cpu_seconds, table
@@ -73,6 +74,21 @@ class CPUWatch:
             time.sleep(0.02)
 
 
+WINDOW_OUTCOMES = ("caught", "expired", "skipped")
+
+
+def busy_poll_windows(metrics_text: str) -> dict[str, float]:
+    """The agent's `koordqos_nri_busy_poll_windows_total` by outcome, from its /metrics text."""
+    out = dict.fromkeys(WINDOW_OUTCOMES, 0.0)
+    for line in metrics_text.splitlines():
+        if line.startswith("koordqos_nri_busy_poll_windows_total{"):
+            labels, _, value = line.rpartition(" ")
+            for outcome in WINDOW_OUTCOMES:
+                if f'outcome="{outcome}"' in labels:
+                    out[outcome] = float(value)
+    return out
+
+
 def one(
     peer: Path,
     plugin: str,
@@ -82,9 +98,12 @@ def one(
     distinct: bool = False,
     busy_poll: float | None = None,
 ) -> dict[str, float]:
-    """One measurement of `plugin` ("koordqos" | "stub"): p50/p99 in µs, and the CPU seconds its process
-    used in all ("cpu")."""
+    """One measurement of `plugin` ("koordqos" | "stub"): p50/p99 in µs, the CPU seconds its process
+    used in all ("cpu"), and for koordqos its busy-poll windows by outcome (so a run shows whether the agent
+    polled: session 29 found every loaded run had, its gate not knowing the node's usage yet)."""
     watch: list[CPUWatch] = []
+    windows: dict[str, float] = {}
+    port = _port()
     tmp = Path(tempfile.mkdtemp(prefix="kqnrireal-", dir="/tmp"))
     sock = tmp / "nri.sock"
     mirror: StatMirror | None = None
@@ -111,7 +130,7 @@ def one(
                     "--sys-root",
                     str(node.sys_root),
                     "--http-addr",
-                    f"127.0.0.1:{_port()}",
+                    f"127.0.0.1:{port}",
                     "--log-level",
                     "warning",
                 ]
@@ -126,7 +145,14 @@ def one(
             return proc
 
         args = ["-bench", str(calls), *(["-distinct"] if distinct else [])]
-        out = run_peer(peer, sock, args, start, timeout=600)
+
+        def scrape() -> None:
+            if plugin != "stub":
+                url = f"http://127.0.0.1:{port}/metrics"
+                with urllib.request.urlopen(url, timeout=10) as resp:
+                    windows.update(busy_poll_windows(resp.read().decode()))
+
+        out = run_peer(peer, sock, args, start, timeout=600, before_stop=scrape)
     finally:
         if mirror is not None:
             mirror.done.set()
@@ -135,7 +161,7 @@ def one(
         raise SystemExit(f"{plugin}: only {out['adjusted']} of {calls} CreateContainer replies were adjusted")
     ns = out["ns"][calls // 10 :]  # the first tenth warms both up (imports, caches)
     cpu = watch[0].seconds if watch else 0.0
-    return {"p50": percentile(ns, 50) / 1e3, "p99": percentile(ns, 99) / 1e3, "cpu": cpu}
+    return {"p50": percentile(ns, 50) / 1e3, "p99": percentile(ns, 99) / 1e3, "cpu": cpu, **windows}
 
 
 def main() -> None:
@@ -200,6 +226,11 @@ def main() -> None:
         for k, s in zip(results["koordqos"], results["stub"], strict=True)
     ]
     print("per run (koordqos p50/p99 vs Go p50/p99, µs): " + "; ".join(per_run))
+    polled = [[r.get(k, 0.0) for k in WINDOW_OUTCOMES] for r in results["koordqos"]]
+    print(
+        "koordqos busy-poll windows caught / expired / skipped (whole run, per run): "
+        + "; ".join(" / ".join(f"{v:.0f}" for v in row) for row in polled)
+    )
     if args.cpu:
         print(
             f"CPU per call (median; per run): koordqos {median(cpu['koordqos']):.0f} µs "

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +67,11 @@ def run_peer(
     args: list[str],
     start_plugin: Any,
     timeout: float = 120.0,
+    before_stop: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Run nripeer on `socket` with `args`; `start_plugin()` is called once it listens and returns a
-    `subprocess.Popen` that is stopped afterwards. Returns the peer's JSON output."""
+    `subprocess.Popen` that is stopped afterwards (`before_stop()` is called first, once the peer has
+    finished, e.g. to read the plugin's metrics). Returns the peer's JSON output."""
     proc = subprocess.Popen(
         [str(peer), "-socket", str(socket), *args],
         stdout=subprocess.PIPE,
@@ -86,6 +89,8 @@ def run_peer(
         if proc.returncode != 0:
             raise RuntimeError(f"nripeer exited with {proc.returncode}: {err.decode()[-2000:]}")
         doc: dict[str, Any] = json.loads(out)
+        if before_stop is not None:
+            before_stop()
         return doc
     finally:
         if proc.poll() is None:
