@@ -247,13 +247,13 @@ class FakeNode:
         self.now = 100.0
         self.own = 5.0
         self.reads = 0
-        self.fail: Exception | None = None
+        self.missing = False
         self.text: str | None = None  # when set, read instead of the ticks
 
-    def read(self, path: Path) -> str:
+    def read(self, path: Path) -> str | None:
         self.reads += 1
-        if self.fail is not None:
-            raise self.fail
+        if self.missing:
+            return None  # as `procfs.read_text` on a missing or unreadable file
         return self.text if self.text is not None else stat_text(self.busy, self.idle, self.cpus)
 
     def run(self, seconds: float, others: float, own: float = 0.0) -> None:
@@ -352,18 +352,17 @@ def test_spare_cpu_reads_at_most_once_a_period() -> None:
 
 
 @pytest.mark.parametrize(
-    "fault",
-    [FileNotFoundError(2, "No such file or directory"), PermissionError(13, "Permission denied"), "garbage"],
+    ("fault", "error"), [("missing", "unreadable"), ("garbage", "no well-formed cpu line")]
 )
-def test_an_unreadable_stat_falls_back_logged_and_counted_once(fault: Exception | str) -> None:
+def test_an_unreadable_stat_falls_back_logged_and_counted_once(fault: str, error: str) -> None:
     node = FakeNode()
     fallback_says = False
     gate = node.gate(fallback=lambda: fallback_says)
     errors = m.BUSY_POLL_GATE_ERRORS._value.get()
-    if isinstance(fault, str):
+    if fault == "garbage":
         node.text = "cpu  not numbers\n"
     else:
-        node.fail = fault
+        node.missing = True
     with capture_logs() as logs:
         for _ in range(3):
             assert gate() is False  # the fallback's answer
@@ -375,14 +374,25 @@ def test_an_unreadable_stat_falls_back_logged_and_counted_once(fault: Exception 
     assert len(warnings) == 1
     assert warnings[0]["path"] == "/synthetic/proc/stat"
     assert "cannot read the node's CPU" in warnings[0]["event"]
+    assert warnings[0]["error"] == error
     # readable again: the stat decides (closed until two samples, then a busy node says no)
-    node.fail = None
+    node.missing = False
     node.text = None
     fallback_says = True
     node.run(0.2, others=2.0)
     gate()
     node.run(0.2, others=2.0)
     assert gate() is False
+
+
+def test_a_missing_stat_file_falls_back(tmp_path: Path) -> None:
+    """Through the default reader (`procfs.read_text`): a proc root without `stat`."""
+    gate = SpareCPU(tmp_path / "stat", fallback=lambda: False)
+    assert gate() is False
+    (tmp_path / "stat").write_text(stat_text(1000, 1000))
+    gate._read_at = None  # the next call reads again
+    assert gate() is False  # readable now: closed until two samples
+    assert gate._base is not None
 
 
 def test_a_connections_window_primes_its_gate_as_it_opens() -> None:
@@ -399,7 +409,7 @@ def test_a_connections_window_primes_its_gate_as_it_opens() -> None:
 
 def test_an_unreadable_stat_without_a_fallback_leaves_the_gate_open() -> None:
     node = FakeNode()
-    node.fail = FileNotFoundError(2, "No such file or directory")
+    node.missing = True
     assert node.gate()() is True  # as `spare_cpu` without metrics: a window's cost is bounded
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import structlog
 
-from koordqos.metrics.procfs import parse_proc_stat
+from koordqos.metrics.procfs import parse_proc_stat, read_text
 from koordqos.metrics.types import MetricSnapshot
 from koordqos.nri import metrics as m
 from koordqos.state import NodeState
@@ -42,7 +42,7 @@ from koordqos.state import NodeState
 log = structlog.get_logger("koordqos.nri")
 
 _clock = time.perf_counter  # uvloop's loop.time() is cached per turn and has ms resolution
-SPARE_CORES = 1.0  # idle CPU (cores, last metrics round) a node needs for the agent to poll after replies
+SPARE_CORES = 1.0  # CPU nobody else used (cores) a node needs for the agent to poll after replies
 
 
 def spare_cpu(state: NodeState) -> bool:
@@ -69,10 +69,10 @@ class SpareCPU:
     anyway, so it must not close the gate by itself. Closed until two samples a `period` apart (the first
     is taken at the first call — `BusyPoll` makes it as the connection opens —, so that the agent's own
     start-up is not in the window): polling takes CPU that may belong to someone else until shown
-    otherwise. A `stat` that did not change since the last
-    sample (a coarse tick, a synthetic root) keeps the verdict and the older sample as the base. Unreadable
-    or malformed, the gate says what `fallback` says (the metrics round's view; open without one), logged
-    once per stretch of failures and counted in `koordqos_nri_busy_poll_gate_errors_total`."""
+    otherwise. A `stat` that did not change since the last sample (a coarse tick, a synthetic root) keeps
+    the verdict and the older sample as the base. Unreadable or malformed, the gate says what `fallback`
+    says (the metrics round's view; open without one), logged once per stretch of failures and counted in
+    `koordqos_nri_busy_poll_gate_errors_total`."""
 
     def __init__(
         self,
@@ -82,14 +82,14 @@ class SpareCPU:
         period: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
         own_cpu: Callable[[], float] = time.process_time,
-        read: Callable[[Path], str] | None = None,
+        read: Callable[[Path], str | None] = read_text,
     ) -> None:
         self.stat = stat
         self.fallback = fallback
         self.period = period
         self._clock = clock
         self._own_cpu = own_cpu
-        self._read = read or _read_text
+        self._read = read
         self._verdict = False
         self._read_at: float | None = None
         # the base sample: the node's busy and total ticks, this process's CPU seconds, when
@@ -106,18 +106,16 @@ class SpareCPU:
         return self._verdict
 
     def _sample(self, now: float) -> None:
-        try:
-            ticks = parse_proc_stat(self._read(self.stat))
-            if ticks is None:
-                raise ValueError("no well-formed cpu line")
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
+        text = self._read(self.stat)
+        ticks = None if text is None else parse_proc_stat(text)
+        if ticks is None:
             if not self._failing:
                 self._failing = True
                 m.BUSY_POLL_GATE_ERRORS.inc()
                 log.warning(
                     "busy-poll gate cannot read the node's CPU; using the metrics round's view",
                     path=str(self.stat),
-                    error=f"{type(exc).__name__}: {exc}",
+                    error="unreadable" if text is None else "no well-formed cpu line",
                 )
             return
         self._failing = False
@@ -133,11 +131,6 @@ class SpareCPU:
             own_cores = max(0.0, own - own0) / max(now - at0, 1e-9)
             self._verdict = cpus * idle_share + own_cores >= SPARE_CORES
         self._base = (ticks.busy, ticks.total, own, now)
-
-
-def _read_text(path: Path) -> str:
-    with open(path, encoding="ascii") as f:
-        return f.read()
 
 
 class BusyPoll:
