@@ -332,7 +332,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "nri-busy-poll-seconds",
         "nri.busy_poll_seconds",
-        "after an NRI reply, poll this long for the next request before sleeping (0: off)",
+        "after an NRI reply, poll this long for the next request before sleeping, while the node has a core "
+        "nobody else used over the last 0.1 s (from the proc root's stat); 0: off",
         float,
     ),
     Flag(
