@@ -60,6 +60,7 @@ COMPILED_TESTS = [
     "tests/test_decisions.py",
     "tests/test_observability.py",
     "tests/test_once.py",
+    "tests/events/test_records.py",
 ]
 
 

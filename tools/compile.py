@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # What a CreateContainer runs through, from the bytes read to the reply written, and what every tick calls.
 # Not here: nri/events.py (its call classes use mixins; mypyc compiles single inheritance only: the NodeState
 # records built on every call are made in nri/runtime_objects.py, which is), hooks/framework.py (a generic
-# frozen dataclass fails at import when compiled), events/types.py (dataclass field order), state.py and
-# events/bus.py (compiled, 102 tests failed).
+# frozen dataclass fails at import when compiled), events/types.py (dataclass field order: the runtime's
+# records, built on every call, are in events/records.py, which is), state.py and events/bus.py (compiled,
+# 102 tests failed).
 HOT_PATH = (
     "koordqos/nri/mux.py",
     "koordqos/nri/ttrpc.py",
@@ -32,6 +33,7 @@ HOT_PATH = (
     "koordqos/nri/session.py",
     "koordqos/nri/convert.py",
     "koordqos/nri/runtime_objects.py",
+    "koordqos/events/records.py",
     "koordqos/nri/limits.py",
     "koordqos/hooks/core.py",
     "koordqos/hooks/context.py",

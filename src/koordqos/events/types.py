@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from koordqos.events.records import RuntimeContainer, RuntimeSandbox
 from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO
 from koordqos.model.pod import PodInfo
+
+# RuntimeSandbox and RuntimeContainer live in events/records.py (compiled in the compiled build) and are
+# re-exported from here, where the bus's other records are imported from
+__all__ = [
+    "Event",
+    "MetricTick",
+    "NRIConnectionChanged",
+    "NodeSLOUpdated",
+    "NodeUpdated",
+    "PodDeleted",
+    "PodUpserted",
+    "PodsReplaced",
+    "RuntimeContainer",
+    "RuntimeContainerRemoved",
+    "RuntimeContainerUpserted",
+    "RuntimeSandbox",
+    "RuntimeSandboxRemoved",
+    "RuntimeSandboxUpserted",
+    "RuntimeSynchronized",
+    "SourceSynced",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,38 +88,6 @@ class NRIConnectionChanged(Event):
 
     connected: bool
     runtime: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeSandbox:
-    """A pod sandbox as the container runtime reports it (NRI)."""
-
-    id: str
-    uid: str
-    name: str
-    namespace: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    cgroup_parent: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeContainer:
-    """A container as the container runtime reports it (NRI)."""
-
-    id: str
-    sandbox_id: str
-    pod_uid: str
-    name: str
-    cgroups_path: str = ""
-    pid: int = 0
-    state: str = ""
-    # Linux resources the runtime holds for the container (0 = not set): local mode derives the
-    # container's requests and limits from them
-    cpu_shares: int = 0
-    cpu_quota: int = 0  # µs per period; -1 unlimited
-    cpu_period: int = 0  # µs
-    memory_limit: int = 0  # bytes; -1 unlimited
 
 
 @dataclass(frozen=True, slots=True)
