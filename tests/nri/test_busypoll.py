@@ -339,6 +339,20 @@ def test_spare_cpu_keeps_its_verdict_and_base_while_the_stat_does_not_change() -
     assert node.reads == reads + 1
 
 
+def test_spare_cpu_starts_over_when_the_counters_go_backwards() -> None:
+    node = FakeNode()
+    gate = node.gate()
+    gate()
+    node.run(0.15, others=0.0)
+    assert gate() is True
+    # another stat at that path, with smaller counters (and a busy node from here on)
+    node.busy, node.idle = 10, 10
+    node.run(0.15, others=2.0)
+    assert gate() is True  # no window to judge from: the verdict stands, a new base is taken
+    node.run(0.15, others=2.0)
+    assert gate() is False  # judged from the new base, not stuck on the old one
+
+
 def test_spare_cpu_reads_at_most_once_a_period() -> None:
     node = FakeNode()
     gate = node.gate()

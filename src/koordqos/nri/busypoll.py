@@ -124,12 +124,14 @@ class SpareCPU:
         if base is not None:
             busy0, total0, own0, at0 = base
             total = ticks.total - total0
-            if total <= 0:
+            if total == 0:
                 return  # nothing new in the file: keep the verdict, and the base for a longer window
-            cpus = ticks.online_cpus or os.cpu_count() or 1
-            idle_share = max(0.0, 1.0 - (ticks.busy - busy0) / total)
-            own_cores = max(0.0, own - own0) / max(now - at0, 1e-9)
-            self._verdict = cpus * idle_share + own_cores >= SPARE_CORES
+            if total > 0:
+                cpus = ticks.online_cpus or os.cpu_count() or 1
+                idle_share = max(0.0, 1.0 - (ticks.busy - busy0) / total)
+                own_cores = max(0.0, own - own0) / max(now - at0, 1e-9)
+                self._verdict = cpus * idle_share + own_cores >= SPARE_CORES
+            # counters that went backwards (another file at that path): a new base, the verdict kept
         self._base = (ticks.busy, ticks.total, own, now)
 
 
