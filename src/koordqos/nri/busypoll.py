@@ -70,9 +70,9 @@ class SpareCPU:
     is taken at the first call — `BusyPoll` makes it as the connection opens —, so that the agent's own
     start-up is not in the window): polling takes CPU that may belong to someone else until shown
     otherwise. A `stat` that did not change since the last sample (a coarse tick, a synthetic root) keeps
-    the verdict and the older sample as the base. Unreadable or malformed, the gate says what `fallback`
-    says (the metrics round's view; open without one), logged once per stretch of failures and counted in
-    `koordqos_nri_busy_poll_gate_errors_total`."""
+    the verdict and the older sample as the base; one whose counters went backwards starts a new base.
+    Unreadable or malformed, the gate says what `fallback` says (the metrics round's view; open without
+    one), logged once per stretch of failures and counted in `koordqos_nri_busy_poll_gate_errors_total`."""
 
     def __init__(
         self,
