@@ -26,6 +26,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from _common import add_busy_poll, machine, median, percentile, proc_cpu_seconds, table
 from koordqos.testing.gopeer import GoUnavailable, build, run_peer
 from koordqos.testing.nodefs import SyntheticNode, overwrite
@@ -80,12 +82,11 @@ WINDOW_OUTCOMES = ("caught", "expired", "skipped")
 def busy_poll_windows(metrics_text: str) -> dict[str, float]:
     """The agent's `koordqos_nri_busy_poll_windows_total` by outcome, from its /metrics text."""
     out = dict.fromkeys(WINDOW_OUTCOMES, 0.0)
-    for line in metrics_text.splitlines():
-        if line.startswith("koordqos_nri_busy_poll_windows_total{"):
-            labels, _, value = line.rpartition(" ")
-            for outcome in WINDOW_OUTCOMES:
-                if f'outcome="{outcome}"' in labels:
-                    out[outcome] = float(value)
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name == "koordqos_nri_busy_poll_windows":
+            for sample in family.samples:
+                if sample.name.endswith("_total") and sample.labels.get("outcome") in out:
+                    out[sample.labels["outcome"]] = sample.value
     return out
 
 
