@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
@@ -154,9 +154,11 @@ def encode_request(service: str, method: str, payload: bytes, timeout_nano: int 
     ).SerializeToString()
 
 
-def as_buffer(data: BytesLike) -> bytes:
-    """`data` for protobuf's `ParseFromString`, which takes any buffer (its stubs say bytes): no copy."""
-    return cast(bytes, data)
+def as_buffer(data: BytesLike) -> Any:
+    """`data` for protobuf's `ParseFromString`, which takes any buffer (its stubs say bytes): no copy.
+    Typed Any, not `cast(bytes, ...)`: compiled by mypyc a cast is a checked conversion, and a view (a
+    message of HANDOVER_BYTES or more) raised TypeError there."""
+    return data
 
 
 class RequestEnvelope(Protocol):
