@@ -160,6 +160,24 @@ async def _valid_session(t: FuzzTarget) -> dict[str, Any]:
     return {"nri_create_container_ok": nri_ok, "proxy_ok": proxy.count("ok"), "proxy_total": len(proxy)}
 
 
+def agent_errors(log_text: str) -> dict[str, int]:
+    """How often each error the agent logged (it runs at `--log-level error`, JSON lines) occurred, by its
+    message and error text's type: hostile input must give none of its own (bugs surface here, e.g. a
+    compiled-build type check that raises where the interpreter let the value through)."""
+    counts: dict[str, int] = {}
+    for line in log_text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            rec = {"event": line[:120]}  # not a log record: a traceback line, a crash message
+        if not isinstance(rec, dict):
+            continue
+        error = str(rec.get("error", ""))
+        key = f"{rec.get('event', '?')}" + (f" ({error.split(':', 1)[0]})" if error else "")
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"machine": machine()}
     async with FuzzTarget(
@@ -184,6 +202,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         if args.proxy and t.alive():
             await _proxy_phase(t, args.proxy, args.concurrency, args.seed, out)
         out["crashed"] = not t.alive()
+        out["agent_errors"] = agent_errors(t.agent_log())
         if t.alive():
             out["valid_session"] = await _valid_session(t)
             if t.heap_profile is not None:

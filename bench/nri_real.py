@@ -5,7 +5,9 @@ bench mode: one RunPodSandbox of a BE pod with batch resources, then N CreateCon
 around `adaptation.CreateContainer`. The plugins:
 * koordqos: the agent as a real subprocess (`python -m koordqos run`, local mode, default gates) on a
   synthetic node tree, so its pod-level writes land in a temp dir;
-* the yardstick: `tests/go/stubplugin`, a compiled plugin on `pkg/stub` filling the same three batch values.
+* the yardstick: `tests/go/stubplugin`, a compiled plugin on `pkg/stub` filling the same three batch values;
+  with `--stub-track` it also keeps the containers it created and subscribes to RemoveContainer, as
+  koordqos does (with `--distinct` the runtime then calls both plugins on every removal).
 Each run measures both, one after the other; the figures are medians over runs. Needs Go (skips otherwise).
 The synthetic node has the machine's CPU count and its /proc/stat follows the machine's own (copied every
 0.2 s), so the agent's metrics see the real CPU load, as its busy-poll gate (nri/busypoll.py) needs.
@@ -98,6 +100,7 @@ def one(
     event_loop: str | None = None,
     distinct: bool = False,
     busy_poll: float | None = None,
+    stub_track: bool = False,
 ) -> dict[str, float]:
     """One measurement of `plugin` ("koordqos" | "stub"): p50/p99 in µs, the CPU seconds its process
     used in all ("cpu"), and for koordqos its busy-poll windows by outcome (so a run shows whether the agent
@@ -115,7 +118,7 @@ def one(
 
         def start() -> subprocess.Popen[bytes]:
             if plugin == "stub":
-                cmd = [str(stub), "-socket", str(sock)]
+                cmd = [str(stub), "-socket", str(sock), *(["-track"] if stub_track else [])]
             else:
                 cmd = [
                     sys.executable,
@@ -182,6 +185,11 @@ def main() -> None:
         help="a new container for every call (the one of 16 calls earlier removed, untimed), as on a real "
         "node; default: 16 container ids in turn",
     )
+    p.add_argument(
+        "--stub-track",
+        action="store_true",
+        help="the Go plugin also keeps its containers and subscribes to RemoveContainer, as koordqos does",
+    )
     add_busy_poll(p)
     p.add_argument("--cpu", action="store_true", help="also measure each plugin's CPU per call")
     args = p.parse_args()
@@ -197,10 +205,11 @@ def main() -> None:
     cpu: dict[str, list[float]] = {"koordqos": [], "stub": []}  # µs per call
     for _ in range(runs):
         for plugin in ("stub", "koordqos"):
-            res = one(peer, plugin, stub, calls, args.event_loop, args.distinct, args.busy_poll)
+            opts = (args.event_loop, args.distinct, args.busy_poll, args.stub_track)
+            res = one(peer, plugin, stub, calls, *opts)
             results[plugin].append(res)
             if args.cpu:
-                long = one(peer, plugin, stub, 6 * calls, args.event_loop, args.distinct, args.busy_poll)
+                long = one(peer, plugin, stub, 6 * calls, *opts)
                 cpu[plugin].append((long["cpu"] - res["cpu"]) / (5 * calls) * 1e6)
     load = os.getloadavg()
     med = {pl: {k: median([r[k] for r in rs]) for k in ("p50", "p99")} for pl, rs in results.items()}
@@ -216,7 +225,11 @@ def main() -> None:
         table(
             [
                 ["koordqos (Python)", f"{med['koordqos']['p50']:.0f} µs", f"{med['koordqos']['p99']:.0f} µs"],
-                ["Go plugin on pkg/stub", f"{med['stub']['p50']:.0f} µs", f"{med['stub']['p99']:.0f} µs"],
+                [
+                    f"Go plugin on pkg/stub{' (tracking removals)' if args.stub_track else ''}",
+                    f"{med['stub']['p50']:.0f} µs",
+                    f"{med['stub']['p99']:.0f} µs",
+                ],
                 ["ratio koordqos / Go", f"{ratios['p50']:.2f}×", f"{ratios['p99']:.2f}×"],
             ],
             ["CreateContainer through pkg/adaptation", "p50", "p99"],
