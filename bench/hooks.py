@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _common import (
     ALL_HOOK_GATES,
@@ -71,9 +72,19 @@ def be(pod: api.PodSandbox) -> api.PodSandbox:
     return pod
 
 
-async def runtime_role(sock: str, calls: int, pods: int, per_pod: int, plugin: str = "koordqos") -> None:
+def spin_until_done(fut: asyncio.Future[Any], until: float) -> None:
+    """Keep the loop turning (its poll then never sleeps) until `fut` is done or `until` (perf_counter):
+    a runtime that spins while it waits for the reply, as a Go runtime's threads spin a little before they
+    park, so that its own wake-up is not in the round trip (`--runtime-spin`)."""
+    if not fut.done() and time.perf_counter() < until:
+        asyncio.get_running_loop().call_soon(spin_until_done, fut, until)
+
+
+async def runtime_role(
+    sock: str, calls: int, pods: int, per_pod: int, plugin: str = "koordqos", spin: float = 0.0
+) -> None:
     """The mock runtime side: sync, then `calls` CreateContainer round trips; JSON on stdout. `plugin`
-    "stub": the Go yardstick, which sets no oom-score-adj."""
+    "stub": the Go yardstick, which sets no oom-score-adj. `spin` > 0: spin up to that long for each reply."""
     rt = MockRuntime(sock, request_timeout=2.0)
     rt.pods, rt.containers = sample_node(pods, per_pod)
     for p in rt.pods:
@@ -86,7 +97,12 @@ async def runtime_role(sock: str, calls: int, pods: int, per_pod: int, plugin: s
         rtts = []
         for i in range(calls):
             t0 = time.perf_counter()
-            resp = await rt.create_container(pod, ctrs[i % len(ctrs)])
+            if spin > 0:
+                call = asyncio.ensure_future(rt.create_container(pod, ctrs[i % len(ctrs)]))
+                spin_until_done(call, t0 + spin)
+                resp = await call
+            else:
+                resp = await rt.create_container(pod, ctrs[i % len(ctrs)])
             rtts.append(time.perf_counter() - t0)
             assert resp is not None
             res = resp.adjust.linux.resources
@@ -118,23 +134,29 @@ def runtime_hooks(node: SyntheticNode) -> RuntimeHooks:
 
 
 def runtime_cmd(
-    sock: Path, calls: int, pods: int, per_pod: int, loop: str, plugin: str = "koordqos"
+    sock: Path, calls: int, pods: int, per_pod: int, loop: str, plugin: str = "koordqos", spin: float = 0.0
 ) -> list[str]:
     """The command of the runtime process (this script in the runtime role) for `plugin`."""
     return [
         *(sys.executable, __file__, "--role", "runtime", "--socket", str(sock), "--calls", str(calls)),
         *("--pods", str(pods), "--per-pod", str(per_pod), "--loop", loop, "--plugin", plugin),
+        *("--runtime-spin", str(spin)),
     ]
 
 
 async def one_run(
-    calls: int, pods: int, per_pod: int, loop: str = "asyncio", busy_poll: float | None = None
+    calls: int,
+    pods: int,
+    per_pod: int,
+    loop: str = "asyncio",
+    busy_poll: float | None = None,
+    spin: float = 0.0,
 ) -> dict[str, float]:
     """One plugin + runtime-process run; returns the figures of this run."""
     tmp = Path(tempfile.mkdtemp(prefix="kqhbench-", dir="/tmp"))
     sock = tmp / "nri.sock"
     node = SyntheticNode(tmp / "node", extensions=("cpu.bvt_warp_ns", "cpu.idle"))
-    cmd = runtime_cmd(sock, calls, pods, per_pod, loop)
+    cmd = runtime_cmd(sock, calls, pods, per_pod, loop, spin=spin)
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     windows0 = busy_poll_windows()
@@ -179,11 +201,13 @@ def busy_poll_windows() -> dict[str, float]:
     return {k: BUSY_POLL_WINDOWS.labels(k).get() for k in ("caught", "expired", "skipped")}
 
 
-def stub_run(stub: Path, calls: int, pods: int, per_pod: int, loop: str) -> dict[str, float]:
+def stub_run(
+    stub: Path, calls: int, pods: int, per_pod: int, loop: str, spin: float = 0.0
+) -> dict[str, float]:
     """The same mock runtime process against the compiled Go plugin: its round trip p50/p99 (µs)."""
     tmp = Path(tempfile.mkdtemp(prefix="kqhstub-", dir="/tmp"))
     sock = tmp / "nri.sock"
-    rt = subprocess.Popen(runtime_cmd(sock, calls, pods, per_pod, loop, "stub"), stdout=subprocess.PIPE)
+    rt = subprocess.Popen(runtime_cmd(sock, calls, pods, per_pod, loop, "stub", spin), stdout=subprocess.PIPE)
     plugin: subprocess.Popen[bytes] | None = None
     assert rt.stdout is not None
     try:
@@ -319,9 +343,20 @@ def main() -> None:
         action="store_true",
         help="also the compiled Go plugin (tests/go/stubplugin) through the same mock runtime (needs Go)",
     )
+    p.add_argument(
+        "--runtime-spin",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="the mock runtime spins up to this long for each reply instead of sleeping (as a Go runtime's"
+        " threads spin before they park): the round trip without the runtime's own wake-up",
+    )
     args = p.parse_args()
     if args.role == "runtime":
-        run(runtime_role(args.socket, args.calls, args.pods, args.per_pod, args.plugin), args.loop)
+        run(
+            runtime_role(args.socket, args.calls, args.pods, args.per_pod, args.plugin, args.runtime_spin),
+            args.loop,
+        )
         return
     quiet_logs()
     if args.in_process_only is not None:
@@ -331,7 +366,10 @@ def main() -> None:
     runs = 1 if args.quick else args.runs
     with idle_spinners(args.keep_cpus_busy):
         results = [
-            run(one_run(calls, args.pods, args.per_pod, args.loop, args.busy_poll), args.loop)
+            run(
+                one_run(calls, args.pods, args.per_pod, args.loop, args.busy_poll, args.runtime_spin),
+                args.loop,
+            )
             for _ in range(runs)
         ]
     cpu = [run(in_process_cpu(max(calls, 1000), args.pods, args.per_pod), args.loop) for _ in range(runs)]
@@ -346,7 +384,10 @@ def main() -> None:
             print(f"yardstick skipped: {exc}")
         else:
             with idle_spinners(args.keep_cpus_busy):
-                go = [stub_run(stub, calls, args.pods, args.per_pod, args.loop) for _ in range(runs)]
+                go = [
+                    stub_run(stub, calls, args.pods, args.per_pod, args.loop, args.runtime_spin)
+                    for _ in range(runs)
+                ]
             p50, p99 = median([g["rtt_p50"] for g in go]), median([g["rtt_p99"] for g in go])
             yardstick = [
                 [
@@ -361,6 +402,11 @@ def main() -> None:
         f"Runtime hooks benchmark — {machine()}; {calls} CreateContainer calls, all six hooks, "
         f"median of {runs} run(s), {args.loop} loop"
         + ("; CPUs kept busy (idle-priority spinners)" if args.keep_cpus_busy else "")
+        + (
+            f"; the runtime spins up to {args.runtime_spin * 1e6:.0f} µs per reply"
+            if args.runtime_spin
+            else ""
+        )
         + "; load average "
         + " ".join(f"{x:.2f}" for x in os.getloadavg())
     )
