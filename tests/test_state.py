@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from immutables import Map
+
 from koordqos.events.types import (
     MetricTick,
     NodeSLOUpdated,
@@ -17,6 +19,7 @@ from koordqos.events.types import (
     RuntimeSandboxUpserted,
     SourceSynced,
 )
+from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO
 from koordqos.model.pod import PodInfo
 from koordqos.state import NodeState, reduce
@@ -81,7 +84,6 @@ def test_runtime_synchronized_replaces_the_runtime_view_in_one_step() -> None:
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from immutables import Map  # noqa: E402
 
 from koordqos.events.types import Event, RuntimeContainerRemoved, RuntimeSynchronized  # noqa: E402
 
@@ -193,8 +195,25 @@ def test_evolve_copies_every_field_and_changes_only_the_given_ones() -> None:
 
     base = reduce(NodeState(), RuntimeContainerUpserted(RuntimeContainer("c", "sb", "u", "a")))
     base = reduce(base, SourceSynced("pods"))
-    marker = object()
+    # a value of each field's own type that differs from base's (the compiled build checks the types)
+    other_ctr = RuntimeContainer("d", "sb2", "u2", "b")
+    other = {
+        "pods": Map({"p": PodInfo(uid="p")}),
+        "node": NodeInfo(name="n1"),
+        "node_slo": NodeSLO(),
+        "sandboxes": Map({"sb2": RuntimeSandbox("sb2", "u2", "p", "ns")}),
+        "containers": Map({"d": other_ctr}),
+        "synced": frozenset({"nri"}),
+        "nri_connected": True,
+        "last_tick": MetricTick(at=1.0),
+        "generation": 99,
+        "by_sandbox": Map({"sb2": Map({"d": other_ctr})}),
+    }
+    assert sorted(other) == sorted(f.name for f in fields(NodeState))
     for f in fields(NodeState):
-        changed = _evolve(base, {f.name: marker})
-        assert changed == replace(base, **{f.name: marker})  # type: ignore[arg-type]
+        changed = _evolve(base, {f.name: other[f.name]})
+        assert changed == replace(base, **{f.name: other[f.name]})
+        assert changed != base
+        assert getattr(changed, f.name) is other[f.name]
+        assert all(getattr(changed, g.name) is getattr(base, g.name) for g in fields(NodeState) if g != f)
         assert _evolve(base, {}) == base
