@@ -61,7 +61,6 @@ COMPILED_TESTS = [
     "tests/test_observability.py",
     "tests/test_once.py",
     "tests/events/test_records.py",
-    "tests/test_state.py",
 ]
 
 

@@ -23,8 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # Not here: nri/events.py (its call classes use mixins; mypyc compiles single inheritance only: the NodeState
 # records built on every call are made in nri/runtime_objects.py, which is), hooks/framework.py (a generic
 # frozen dataclass fails at import when compiled), events/types.py (dataclass field order: the runtime's
-# records, built on every call, are in events/records.py, which is), events/bus.py (compiled together with
-# state.py, 102 tests failed; state.py alone, with NodeState's `__init__` declared, passes them all).
+# records, built on every call, are in events/records.py, which is), state.py and events/bus.py (compiled
+# together, 102 tests failed). state.py alone, with NodeState's `__init__` declared, passes every test and
+# takes 8 % off a new container's NRI calls, but interpreted code then reads a state's fields through the
+# native class's descriptors, 3× slower (6 → 20 ns a read): the whole agent spent more (200 pods with
+# churn 5.3 → 5.9 % of a core; docs/performance.md, session 30). Not adopted.
 HOT_PATH = (
     "koordqos/nri/mux.py",
     "koordqos/nri/ttrpc.py",
@@ -34,7 +37,6 @@ HOT_PATH = (
     "koordqos/nri/convert.py",
     "koordqos/nri/runtime_objects.py",
     "koordqos/events/records.py",
-    "koordqos/state.py",
     "koordqos/nri/limits.py",
     "koordqos/hooks/core.py",
     "koordqos/hooks/context.py",
