@@ -122,6 +122,31 @@ async def test_cache_skips_reads_until_force_update(tmp_path: Path) -> None:
     assert (await ex.update("s", CgroupWrite(BE, "cpu.shares", 256))).outcome is Outcome.WRITTEN
 
 
+async def test_the_write_cache_forgets_expired_entries_as_it_goes(tmp_path: Path) -> None:
+    # containers come and go in a pod that stays (restarts): their entries must not pile up until the pod
+    # goes, and expiring them must not be a sweep of the whole cache in one step
+    node = SyntheticNode(tmp_path)
+    ex, _, clock = make(node, force_update_seconds=60.0)
+    live = CgroupWrite(BE, "cpu.shares", 512)
+    for i in range(200):
+        gone = f"{BE}/ctr{i}"
+        node.make_cgroup(gone)
+        assert (await ex.update("s", CgroupWrite(gone, "cpu.shares", 2))).outcome is Outcome.WRITTEN
+        if i % 20 == 0:  # a container that stays is written again now and then
+            assert (await ex.update("s", live)).ok
+        clock.now += 1.0
+    # one write a second for 200 s, each entry of use for 60 s: about the last 60 remain, not 200
+    assert 60 <= len(ex._cache) <= 63, len(ex._cache)
+    assert (BE, "cpu.shares") in ex._cache  # written 19 s ago: kept and served
+    assert (await ex.update("s", live)).outcome is Outcome.CACHED
+    assert (f"{BE}/ctr0", "cpu.shares") not in ex._cache
+    assert (f"{BE}/ctr199", "cpu.shares") in ex._cache
+    # the newest write of a dir within its period is still a cache hit
+    assert (await ex.update("s", CgroupWrite(f"{BE}/ctr199", "cpu.shares", 2))).outcome is Outcome.CACHED
+    whens = [when for _, when in ex._cache.values()]
+    assert whens == sorted(whens)  # oldest first: what `_remember` expires from
+
+
 async def test_non_cacheable_always_checks_file(tmp_path: Path) -> None:
     node = SyntheticNode(tmp_path)
     ex, _, _ = make(node)

@@ -20,6 +20,7 @@ import enum
 import errno
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -168,7 +169,10 @@ class CgroupExecutor:
         self.force_update_seconds = force_update_seconds
         self._dry_run = dry_run
         self._clock = clock
-        self._cache: dict[tuple[str, str], tuple[str, float]] = {}  # (parent, resource) → (value, when)
+        # (parent, resource) → (value, when written), oldest write first: an entry is of use only within
+        # force_update_seconds, and `_remember` drops expired ones as it goes, so the dirs of containers
+        # that went away (a restarted container in a pod that stays) do not pile up until their pod goes
+        self._cache: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
         self._paths: dict[tuple[str, str], str] = {}  # (parent, resource) → confined file path
         self._counters: dict[tuple[str, str], Any] = {}
         self._warned: SeenOnce[tuple[str, str]] = SeenOnce()
@@ -248,7 +252,8 @@ class CgroupExecutor:
             self._cache.clear()
             self._paths.clear()
             return
-        self._cache = {k: v for k, v in self._cache.items() if not k[0].startswith(parent_prefix)}
+        kept = ((k, v) for k, v in self._cache.items() if not k[0].startswith(parent_prefix))
+        self._cache = OrderedDict(kept)
         self._paths = {k: v for k, v in self._paths.items() if not k[0].startswith(parent_prefix)}
 
     # -- internals --------------------------------------------------------------------------------
@@ -373,8 +378,20 @@ class CgroupExecutor:
         return self._done(w, Outcome.WRITTEN, current.strip(), new)
 
     def _remember(self, w: CgroupWrite) -> None:
-        if w.cacheable:
-            self._cache[(w.parent, w.resource)] = (str(w.value), self._clock())
+        if not w.cacheable:
+            return
+        cache = self._cache
+        key = (w.parent, w.resource)
+        now = self._clock()
+        cache[key] = (str(w.value), now)
+        cache.move_to_end(key)
+        # drop up to two expired entries from the old end per write: O(1) each, never a sweep in one step,
+        # and twice the rate new entries come in, so the cache holds about the writes of one period
+        for _ in range(2):
+            oldest = next(iter(cache), None)  # None: emptied (a period of 0 expires what it just wrote)
+            if oldest is None or now - cache[oldest][1] < self.force_update_seconds:
+                break
+            del cache[oldest]
 
     def _missing(self, w: CgroupWrite, path: str) -> WriteResult:
         self._cache.pop((w.parent, w.resource), None)
