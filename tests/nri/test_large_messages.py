@@ -168,20 +168,9 @@ async def test_a_multi_megabyte_request_reaches_the_handler_as_a_view_of_the_rec
         return encode_response(b"ok")
 
     conn = NRIConnection(handler)
-    written: list[bytes] = []
-
-    class Transport:
-        def is_closing(self) -> bool:
-            return False
-
-        def writelines(self, data: list[bytes]) -> None:
-            written.append(b"".join(data))
-
-    conn.connection_made(Transport())  # type: ignore[arg-type]
+    written = _connect(conn)
     env = encode_request("nri.pkg.api.v1alpha1.Plugin", "Synchronize", payload, 2_000_000_000)
-    wire = b"".join(frames_for(1, encode_message(1, MessageType.REQUEST, env)))
-    for i in range(0, len(wire), 262_144):  # as a socket delivers it
-        conn.data_received(wire[i : i + 262_144])
+    _deliver(conn, b"".join(frames_for(1, encode_message(1, MessageType.REQUEST, env))))
     ((kind, req),) = seen
     assert kind == "memoryview"
     assert (req.service, req.method, req.timeout_nano) == (
@@ -208,6 +197,26 @@ def test_a_large_response_envelope_handed_over_as_a_view_decodes() -> None:
 async def test_a_large_reply_to_a_call_reaches_the_caller() -> None:
     payload = bytes(range(256)) * 4096  # 1 MiB: a large Synchronize reply, as the mock runtime receives it
     conn = NRIConnection(lambda req, received: encode_response(), role="runtime", serve_conn=2, client_conn=1)
+    written = _connect(conn)
+    call = asyncio.ensure_future(conn.call("nri.pkg.api.v1alpha1.Plugin", "Synchronize", b"", 5.0))
+    await asyncio.sleep(0)  # the call's first step writes the request
+    ((stream_id, _),) = [(m.stream_id, m) for m in _messages(written[0], conn_id=1)]
+    _deliver(
+        conn,
+        b"".join(frames_for(1, encode_message(stream_id, MessageType.RESPONSE, encode_response(payload)))),
+    )
+    resp = await asyncio.wait_for(call, 5.0)
+    assert resp.payload == payload
+    assert conn.error is None
+
+
+def _messages(wire: bytes, conn_id: int) -> list[ttrpc_module.Message]:
+    dec = TtrpcDecoder()
+    return [msg for conn, data in MuxDecoder().feed(wire) if conn == conn_id for msg in dec.feed(data)]
+
+
+def _connect(conn: NRIConnection) -> list[bytes]:
+    """Give `conn` a transport that records what it writes; the list of writes."""
     written: list[bytes] = []
 
     class Transport:
@@ -218,17 +227,9 @@ async def test_a_large_reply_to_a_call_reaches_the_caller() -> None:
             written.append(b"".join(data))
 
     conn.connection_made(Transport())  # type: ignore[arg-type]
-    call = asyncio.ensure_future(conn.call("nri.pkg.api.v1alpha1.Plugin", "Synchronize", b"", 5.0))
-    await asyncio.sleep(0)  # the call's first step writes the request
-    ((stream_id, _),) = [(m.stream_id, m) for m in _messages(written[0], conn_id=1)]
-    reply = b"".join(frames_for(1, encode_message(stream_id, MessageType.RESPONSE, encode_response(payload))))
-    for i in range(0, len(reply), 262_144):  # as a socket delivers it
-        conn.data_received(reply[i : i + 262_144])
-    resp = await asyncio.wait_for(call, 5.0)
-    assert resp.payload == payload
-    assert conn.error is None
+    return written
 
 
-def _messages(wire: bytes, conn_id: int) -> list[ttrpc_module.Message]:
-    dec = TtrpcDecoder()
-    return [msg for conn, data in MuxDecoder().feed(wire) if conn == conn_id for msg in dec.feed(data)]
+def _deliver(conn: NRIConnection, wire: bytes) -> None:
+    for i in range(0, len(wire), 262_144):  # as a socket delivers it
+        conn.data_received(wire[i : i + 262_144])
