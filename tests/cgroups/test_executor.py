@@ -320,6 +320,49 @@ async def test_invalidate_drops_cache(tmp_path: Path) -> None:
     assert (await ex.update("s", w)).outcome is Outcome.WRITTEN
 
 
+async def test_invalidate_distrusts_the_dir_and_what_is_under_it_only(tmp_path: Path) -> None:
+    node = SyntheticNode(tmp_path)
+    ex, _, clock = make(node, force_update_seconds=60.0)
+    gone, ctr, sibling = f"{BE}/pod1", f"{BE}/pod1/c1", f"{BE}/pod10"  # pod10: pod1 is a prefix of its text
+    writes = [CgroupWrite(d, "cpu.shares", 512) for d in (gone, ctr, sibling, BE)]
+    for d in (gone, ctr, sibling):
+        node.make_cgroup(d)
+    for w in writes:
+        assert (await ex.update("s", w)).outcome is Outcome.WRITTEN
+    clock.now += 1
+    ex.invalidate(gone)
+    clock.now += 0.001
+    outcomes = [(await ex.update("s", w)).outcome for w in writes]
+    # the pod's dir and its container's are checked again; its sibling (same text prefix) and the QoS dir
+    # above it are not
+    assert outcomes == [Outcome.UNCHANGED, Outcome.UNCHANGED, Outcome.CACHED, Outcome.CACHED]
+    # checked again, they are cached again
+    assert [(await ex.update("s", w)).outcome for w in writes[:2]] == [Outcome.CACHED, Outcome.CACHED]
+    # a dir made again with the kernel's default, invalidated in the same clock reading as the value was
+    # cached: not trusted either
+    clock.now += 1
+    w256 = CgroupWrite(gone, "cpu.shares", 256)
+    assert (await ex.update("s", w256)).outcome is Outcome.WRITTEN  # cached at this very reading
+    node.write(gone, "cpu", "cpu.shares", 1024)
+    ex.invalidate(gone)
+    assert (await ex.update("s", w256)).outcome is Outcome.WRITTEN
+    assert node.read(gone, "cpu", "cpu.shares") == "256"
+
+
+async def test_invalidations_are_forgotten_after_a_period(tmp_path: Path) -> None:
+    node = SyntheticNode(tmp_path)
+    ex, _, clock = make(node, force_update_seconds=60.0)
+    for i in range(200):  # a pod removed every second
+        ex.invalidate(f"{BE}/pod{i}")
+        clock.now += 1.0
+    assert 59 <= len(ex._invalidated) <= 61, len(ex._invalidated)
+    assert f"{BE}/pod199" in ex._invalidated
+    assert f"{BE}/pod0" not in ex._invalidated
+    ex.invalidate()  # everything
+    assert not ex._invalidated
+    assert not ex._cache
+
+
 def test_read_helpers(node: SyntheticNode) -> None:
     ex, _, _ = make(node)
     rel = node.layout.qos_dirs()[2]

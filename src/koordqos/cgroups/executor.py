@@ -174,6 +174,10 @@ class CgroupExecutor:
         # that went away (a restarted container in a pod that stays) do not pile up until their pod goes
         self._cache: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
         self._paths: dict[tuple[str, str], str] = {}  # (parent, resource) → confined file path
+        # dir → when `invalidate` was called for it (and what is under it), oldest first: a cached value
+        # written before then is not trusted. Kept for one force-update period, after which every value
+        # cached before it has expired anyway.
+        self._invalidated: OrderedDict[str, float] = OrderedDict()
         self._counters: dict[tuple[str, str], Any] = {}
         self._warned: SeenOnce[tuple[str, str]] = SeenOnce()
         self.file_reads = 0
@@ -246,15 +250,40 @@ class CgroupExecutor:
         except (ValueError, IndexError):
             return None
 
-    def invalidate(self, parent_prefix: str = "") -> None:
-        """Drop cached values under `parent_prefix` (all when empty) so the next intents are re-checked."""
-        if not parent_prefix:
+    def invalidate(self, parent: str = "") -> None:
+        """Distrust the values cached for the dir `parent` and every dir under it (all of them when empty),
+        so the next intents there are re-checked: a pod's dir may be made again (a sandbox re-created) with
+        the kernel's defaults. O(1): noted, not swept — the cache holds the values of every pod, and
+        rebuilding it for one pod cost 5–9 ms at 1,000 pods (docs/performance.md); the values themselves
+        expire within a force-update period."""
+        if not parent:
             self._cache.clear()
             self._paths.clear()
+            self._invalidated.clear()
             return
-        kept = ((k, v) for k, v in self._cache.items() if not k[0].startswith(parent_prefix))
-        self._cache = OrderedDict(kept)
-        self._paths = {k: v for k, v in self._paths.items() if not k[0].startswith(parent_prefix)}
+        marks = self._invalidated
+        now = self._clock()
+        key = parent.rstrip("/")
+        marks[key] = now
+        marks.move_to_end(key)
+        while True:  # marks older than a period guard nothing: every value cached before them has expired
+            oldest = next(iter(marks))
+            if now - marks[oldest] < self.force_update_seconds:
+                break
+            del marks[oldest]
+
+    def _distrusted(self, parent: str, written: float) -> bool:
+        """Whether `parent` or a dir above it was invalidated at or after `written`."""
+        marks = self._invalidated
+        d = parent
+        while True:
+            when = marks.get(d)
+            if when is not None and when >= written:
+                return True
+            cut = d.rfind("/")
+            if cut <= 0:
+                return False
+            d = d[:cut]
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -317,9 +346,9 @@ class CgroupExecutor:
     def _cache_hit(self, w: CgroupWrite) -> bool:
         # only values that were written (so known, supported, valid and confined) are ever cached
         hit = self._cache.get((w.parent, w.resource))
-        return (
-            hit is not None and hit[0] == str(w.value) and self._clock() - hit[1] < self.force_update_seconds
-        )
+        if hit is None or hit[0] != str(w.value) or self._clock() - hit[1] >= self.force_update_seconds:
+            return False
+        return not (self._invalidated and self._distrusted(w.parent, hit[1]))
 
     async def _write(self, strategy: str, reason: str, w: CgroupWrite, action: str = "write") -> WriteResult:
         reason = w.reason or reason
