@@ -201,3 +201,22 @@ def test_event_loop_choice_falls_back_to_the_stdlib_loop_and_runs_the_agent_on_u
     assert loop_factory("asyncio") is None
     with pytest.raises(ConfigError, match="not installed"):
         loop_factory("uvloop")
+
+
+def test_an_interrupt_outside_the_agents_signal_handlers_exits_130_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a second Ctrl-C while the loop closes after a stop (or one during start-up) reaches Python's default
+    # handler as KeyboardInterrupt: it ended the agent process with a traceback
+    from koordqos.agent import run
+
+    agent = Agent(build_config({"kube": {"node_name": "n1"}}), packages=[], local_mode=True)
+
+    async def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(agent, "run", interrupted)
+    with pytest.raises(SystemExit) as exc:
+        run(agent)
+    assert exc.value.code == 130
+    assert capsys.readouterr().err == "koordqos: interrupted\n"

@@ -494,8 +494,14 @@ def run(agent: Agent) -> None:
     agent.components.append(GcPolicy(agent))
     factory = loop_factory(agent.config.event_loop)
     agent.exit_deadline = ExitDeadline(agent.config.shutdown_timeout_seconds + EXIT_GRACE_SECONDS)
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(agent.run())
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(agent.run())
+    except KeyboardInterrupt:
+        # Ctrl-C while none of the agent's handlers is installed: during start-up, or a second one while
+        # the loop closes after the first stopped the agent. Exit as an interrupted command does.
+        print("koordqos: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 class Agent:
