@@ -361,6 +361,10 @@ async def test_invalidations_are_forgotten_after_a_period(tmp_path: Path) -> Non
     ex.invalidate()  # everything
     assert not ex._invalidated
     assert not ex._cache
+    # with a force-update period of 0 nothing is cached and no mark is kept (and forgetting a pod works)
+    ex0, _, _ = make(node, force_update_seconds=0.0)
+    ex0.invalidate(f"{BE}/pod1")
+    assert not ex0._invalidated
 
 
 def test_read_helpers(node: SyntheticNode) -> None:

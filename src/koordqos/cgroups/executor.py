@@ -267,8 +267,8 @@ class CgroupExecutor:
         marks[key] = now
         marks.move_to_end(key)
         while True:  # marks older than a period guard nothing: every value cached before them has expired
-            oldest = next(iter(marks))
-            if now - marks[oldest] < self.force_update_seconds:
+            oldest = next(iter(marks), None)  # None: emptied (with a period of 0 no mark guards anything)
+            if oldest is None or now - marks[oldest] < self.force_update_seconds:
                 break
             del marks[oldest]
 
