@@ -100,16 +100,31 @@ def e2e_apiserver(session: nox.Session) -> None:
     )
 
 
-@nox.session(python=PYTHON)
-def bench(session: nox.Session) -> None:
-    """Run every benchmark in bench/ (pass --quick for a smoke run); figures go to docs/performance.md."""
-    session.install("-e", ".[test]")
+def _run_benchmarks(session: nox.Session, env: dict[str, str] | None = None) -> None:
     import pathlib
 
     for script in sorted(pathlib.Path("bench").glob("*.py")):
         if script.name.startswith("_"):
             continue
-        session.run("python", str(script), *session.posargs)
+        session.run("python", str(script), *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Run every benchmark in bench/ (pass --quick for a smoke run); figures go to docs/performance.md."""
+    session.install("-e", ".[test]")
+    _run_benchmarks(session)
+
+
+@nox.session(name="bench-compiled", python=PYTHON)
+def bench_compiled(session: nox.Session) -> None:
+    """The benchmarks against the compiled build the container image runs (tools/compile.py at -O3, as the
+    image; needs a C compiler): every agent and plugin they start imports the compiled modules, and each
+    bench's first line says "koordqos compiled (N modules)"."""
+    session.install("-e", ".[test,dev]", "setuptools")
+    out = ".build/compiled"
+    session.run("python", "tools/compile.py", "--out", out)
+    _run_benchmarks(session, env={"PYTHONPATH": out})
 
 
 # (include dir, .proto files, output package dir) compiled by the `protos` session.

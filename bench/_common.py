@@ -83,7 +83,7 @@ def parser(description: str) -> argparse.ArgumentParser:
         "--loop",
         choices=["asyncio", "uvloop"],
         default="asyncio",
-        help="event loop of both processes (uvloop: the optional dependency koordqos[uvloop])",
+        help="event loop of both processes (uvloop: a dependency of koordqos)",
     )
     return p
 

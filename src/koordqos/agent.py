@@ -472,17 +472,16 @@ class GcPolicy:
 
 
 def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The event loop to run on: uvloop when chosen, or with `auto` when it is installed (the optional
-    dependency `koordqos[uvloop]`); None means the stdlib loop. Measured in docs/performance.md (NRI)."""
+    """The event loop to run on: uvloop when chosen, or with `auto` when it can be imported (a dependency of
+    koordqos; an install without it runs the stdlib loop); None means the stdlib loop. Measured in
+    docs/performance.md (NRI)."""
     if choice == "asyncio":
         return None
     try:
         import uvloop
     except ImportError:
         if choice == "uvloop":
-            raise ConfigError(
-                "--event-loop uvloop: uvloop is not installed (pip install 'koordqos[uvloop]')"
-            ) from None
+            raise ConfigError("--event-loop uvloop: uvloop is not installed (pip install uvloop)") from None
         return None
     return uvloop.new_event_loop
 

@@ -548,7 +548,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "event-loop",
         "event_loop",
-        "event loop: uvloop (koordqos[uvloop]), asyncio (the stdlib loop), auto (uvloop when installed)",
+        "event loop: uvloop, asyncio (the stdlib loop), auto (uvloop when it can be imported)",
         str,
         ("auto", "asyncio", "uvloop"),
     ),

@@ -326,7 +326,7 @@ async def test_corked_transport_sends_one_loop_step_of_writes_together() -> None
 
 def test_uvloop_transports_are_corked_too() -> None:
     """uvloop's transports are not asyncio.Transport subclasses: corking must not depend on that class."""
-    uvloop = pytest.importorskip("uvloop", reason="uvloop is not installed (koordqos[uvloop])")
+    uvloop = pytest.importorskip("uvloop", reason="uvloop is not installed")
 
     async def wrapped_kind() -> tuple[bool, bool]:
         ours, peer = socket.socketpair()
