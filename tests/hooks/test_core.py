@@ -13,7 +13,7 @@ from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.decisions import DecisionLog
 from koordqos.errors import HookError, TimeoutException
 from koordqos.hooks.context import PodContext, PodRequest, Stage
-from koordqos.hooks.core import Call, HookCore, call_deadline, run_call, run_stage
+from koordqos.hooks.core import Call, HookCore, call_deadline, run_call, run_stage, start_call
 from koordqos.hooks.framework import HookRegistry
 from koordqos.hooks.runtime import HookOptions, RuntimeHooks
 from koordqos.observability import REGISTRY
@@ -180,3 +180,58 @@ async def test_pod_stage_writes_nothing_when_a_hook_fails_under_fail(tmp_path: P
     with pytest.raises(HookError, match="boom"):
         await run_call("RunPod", 1.0, "Fail", lambda call: core.pod_stage(call, STAGE, c, NodeState(), "t"))
     assert node.read(pod_dir, "cpu", "cpu.cfs_quota_us") == before
+
+
+def _timings(call_name: str, hook: str) -> tuple[float, float]:
+    """How many durations were observed for calls named `call_name` and for `hook` at STAGE."""
+    calls = REGISTRY.get_sample_value("koordqos_bus_request_seconds_count", {"type": call_name})
+    hooks = REGISTRY.get_sample_value(
+        "koordqos_runtime_hook_seconds_count", {"hook": hook, "stage": STAGE.value}
+    )
+    return calls or 0.0, hooks or 0.0
+
+
+def test_a_call_left_unsettled_books_nothing_until_it_settles_then_everything_once() -> None:
+    """`start_call(settle=False)`: the caller replies first; the timings and the deferred work (a decision
+    record) are done when it settles the call, once, and a failing piece of deferred work does not stop the
+    others."""
+    reg = HookRegistry()
+    reg.register(STAGE, "settle-hook", "", trace_hook([], "settle-hook"))  # type: ignore[arg-type]
+    done: list[str] = []
+
+    def fail() -> None:
+        raise RuntimeError("bookkeeping bug")
+
+    def body(call: Call) -> None:
+        run_stage(reg, call, STAGE, ctx())
+        call.defer(done.append, "first")
+        call.defer(fail)
+        call.defer(done.append, "after the failure")
+
+    before = _timings("SettleLater", "settle-hook")
+    call = start_call("SettleLater", 1.0, "Ignore", body, settle=False)
+    assert isinstance(call, Call)
+    assert call.ran == ["settle-hook"]
+    assert _timings("SettleLater", "settle-hook") == before
+    assert done == []
+    call.settle()
+    assert _timings("SettleLater", "settle-hook") == (before[0] + 1, before[1] + 1)
+    assert done == ["first", "after the failure"]
+    call.settle()  # a second time: nothing more
+    assert _timings("SettleLater", "settle-hook") == (before[0] + 1, before[1] + 1)
+    assert done == ["first", "after the failure"]
+
+
+def test_a_call_that_raises_settles_even_when_its_caller_would_have() -> None:
+    """Under Fail a hook failure raises out of `start_call`: the caller gets no Call to settle, so the call
+    settles before it raises (its timings are not lost)."""
+    reg = HookRegistry()
+
+    def broken(c: PodContext) -> None:
+        raise ValueError("boom")
+
+    reg.register(STAGE, "raising-hook", "", broken)  # type: ignore[arg-type]
+    before = _timings("RaisingCall", "raising-hook")
+    with pytest.raises(HookError):
+        start_call("RaisingCall", 1.0, "Fail", lambda call: run_stage(reg, call, STAGE, ctx()), settle=False)
+    assert _timings("RaisingCall", "raising-hook") == (before[0] + 1, before[1] + 1)

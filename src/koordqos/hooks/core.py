@@ -78,6 +78,13 @@ class Call:
     errors: dict[str, str]
     timed_out: bool
     step: str  # the hook (or step) running now: named when the deadline passes
+    # The call's bookkeeping, done when it settles (`settle`): the hooks' durations, its own (-1 until it
+    # ended), and deferred work such as a decision record (`defer`). None of it is the reply, so the NRI
+    # plugin settles a call after its reply is written: a reply a few µs sooner keeps a Go runtime from
+    # parking its thread, which then costs it a wake-up of 25 µs or more (docs/performance.md, session 31).
+    hook_times: list[tuple[str, Stage, float]]
+    took: float
+    later: list[tuple[Callable[..., object], tuple[Any, ...]]]
 
     def __init__(
         self,
@@ -98,6 +105,9 @@ class Call:
         self.errors = {} if errors is None else errors
         self.timed_out = timed_out
         self.step = step
+        self.hook_times = []
+        self.took = -1.0
+        self.later = []
 
     @classmethod
     def start(cls, name: str, deadline: float, policy: FailurePolicy = "Ignore") -> Call:
@@ -118,6 +128,40 @@ class Call:
         )
         if self.policy == "Fail":
             raise TimeoutException(f"hook {step} overran the {self.deadline * 1000:.0f} ms deadline")
+
+    def ended(self) -> None:
+        """The call's work is done: its duration is taken now (observed when it settles)."""
+        self.took = time.perf_counter() - (self.end - self.deadline)
+
+    def defer(self, fn: Callable[..., object], *args: Any) -> None:
+        """Run `fn(*args)` when the call settles: bookkeeping, not part of the reply."""
+        self.later.append((fn, args))
+
+    def settle(self) -> None:
+        """Observe the hooks' and the call's durations and run the deferred work; a second call does nothing.
+        A failing piece of deferred work is logged and the rest still runs."""
+        times = self.hook_times
+        if times:
+            self.hook_times = []
+            for name, stage, seconds in times:
+                timer = _TIMERS.get((name, stage))  # inline: a call per hook costs more than the lookup
+                (timer or _timer(name, stage)).observe(seconds)
+        if self.took >= 0:
+            _call_timer(self.name).observe(self.took)
+            self.took = -1.0
+        later = self.later
+        if later:
+            self.later = []
+            for fn, args in later:
+                try:
+                    fn(*args)
+                except Exception as exc:
+                    log.error(
+                        "runtime call bookkeeping failed",
+                        request=self.name,
+                        error=f"{type(exc).__name__}: {exc}",
+                        exc_info=exc,
+                    )
 
     def failed(self, step: str, exc: Exception) -> None:
         """`step` raised: logged and counted; raises HookError under Fail."""
@@ -163,6 +207,7 @@ def run_stage(registry: HookRegistry, call: Call, stage: Stage, ctx: HookContext
         return  # past the deadline (Ignore): nothing more runs
     clock = time.perf_counter
     ran = call.ran
+    times = call.hook_times
     end = call.end
     now = clock()
     for hook in registry.hooks(stage):
@@ -186,10 +231,9 @@ def run_stage(registry: HookRegistry, call: Call, stage: Stage, ctx: HookContext
             if call.policy == "Fail":
                 raise HookError(f"hook {hook.name} failed at {stage}: {exc}") from exc
         finally:
-            # one clock reading ends this hook and starts the next
+            # one clock reading ends this hook and starts the next; observed when the call settles
             now = clock()
-            timer = _TIMERS.get((hook.name, stage))  # inline: a call per hook costs more than the lookup
-            (timer or _timer(hook.name, stage)).observe(now - start)
+            times.append((hook.name, stage, now - start))
         if now > end:
             call.overran()  # raises under Fail
             return
@@ -199,7 +243,7 @@ Body = Callable[[Call], Awaitable[None] | None]
 
 
 def start_call(
-    name: str, deadline: float, policy: FailurePolicy, body: Body
+    name: str, deadline: float, policy: FailurePolicy, body: Body, settle: bool = True
 ) -> Call | Coroutine[Any, Any, Call]:
     """Run `body` (one call's conversion, stages and reply) within `deadline` s under `policy`, without a
     task when it can: a synchronous body runs to the end here and its Call is returned; a body that returns
@@ -208,6 +252,10 @@ def start_call(
 
     Under Fail a hook failure raises HookError and an overrun raises TimeoutException; under Ignore the call
     returns with `timed_out` / `errors` set and whatever the completed work put into its contexts.
+
+    The call settles (`Call.settle`: its timings observed, its deferred work run) before it is returned, or
+    with `settle=False` a Call returned from here is left for the caller to settle once it has replied (a
+    call that raises, or goes on on a task, settles before that in any case).
     """
     call = Call.start(name, deadline, policy)
     try:
@@ -216,15 +264,21 @@ def start_call(
         try:
             _body_failed(call, name, exc)
         finally:
-            _call_timer(name).observe(time.perf_counter() - (call.end - deadline))
+            call.ended()
+            call.settle()
         return call
     if out is not None and inspect.isawaitable(out):
-        return _finish_call(call, name, deadline, out)
+        return _finish_call(call, name, out)
     try:
         if not call.timed_out and time.perf_counter() > call.end:
             call.overran()
-    finally:
-        _call_timer(name).observe(time.perf_counter() - (call.end - deadline))
+    except TimeoutException:
+        call.ended()
+        call.settle()  # the caller gets no Call to settle
+        raise
+    call.ended()
+    if settle:
+        call.settle()
     return call
 
 
@@ -234,7 +288,7 @@ def _body_failed(call: Call, name: str, exc: Exception) -> None:
     call.failed(call.step or name, exc)
 
 
-async def _finish_call(call: Call, name: str, deadline: float, pending: Awaitable[None]) -> Call:
+async def _finish_call(call: Call, name: str, pending: Awaitable[None]) -> Call:
     try:
         async with asyncio.timeout(max(0.0, call.end - time.perf_counter())):
             await pending
@@ -245,7 +299,8 @@ async def _finish_call(call: Call, name: str, deadline: float, pending: Awaitabl
     except Exception as exc:
         _body_failed(call, name, exc)
     finally:
-        _call_timer(name).observe(time.perf_counter() - (call.end - deadline))
+        call.ended()
+        call.settle()
     return call
 
 
@@ -286,9 +341,10 @@ class HookCore:
             call.step = "pod cgroup writes"
             await self.executor.apply(STRATEGY, writes, reason=reason)
 
-    def record_reply(self, target: str, action: str, new: str, reason: str) -> bool:
-        """Record what a reply changes; False in dry-run (the runtime then gets nothing)."""
-        dry = self.decisions.dry_run
+    def record_reply(self, target: str, action: str, new: str, reason: str, dry: bool | None = None) -> bool:
+        """Record what a reply changes; False in dry-run (the runtime then gets nothing). `dry`: dry-run as
+        read when the reply was made (a record made later)."""
+        dry = self.decisions.dry_run if dry is None else dry
         self.decisions.record(STRATEGY, target, action, None, new, reason, dry_run=dry, quiet=True)
         return not dry
 

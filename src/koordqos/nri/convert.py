@@ -298,6 +298,28 @@ class NRIHooks:
         target = f"{r.pod_namespace}/{r.pod_name}/{r.container_name}"
         return self.core.record_reply(target, f"nri-{action}", new, call)
 
+    def _record_later(
+        self,
+        call: Call,
+        ctx: ContainerContext,
+        action: str,
+        reason: str,
+        res: Resources,
+        oom: int | None = None,
+    ) -> bool:
+        """`_record` when the call settles (after the reply is written: the plugin settles it then); False
+        in dry-run, as read now."""
+        dry = self.core.dry_run
+        call.defer(self._record_now, ctx, action, res, oom, reason, dry)
+        return not dry
+
+    def _record_now(
+        self, ctx: ContainerContext, action: str, res: Resources, oom: int | None, call: str, dry: bool
+    ) -> None:
+        r = ctx.request
+        target = f"{r.pod_namespace}/{r.pod_name}/{r.container_name}"
+        self.core.record_reply(target, f"nri-{action}", _summary(res, oom), call, dry)
+
     # -- handlers ---------------------------------------------------------------------------------
 
     async def run_pod_sandbox(self, event: NRIRunPodSandbox, state: NodeState, call: Call) -> None:
@@ -318,7 +340,7 @@ class NRIHooks:
             or resp.rdt_class is not None
         ):
             return
-        if self._record(ctx, "adjust", _summary(resp.resources, resp.oom_score_adj), "CreateContainer"):
+        if self._record_later(call, ctx, "adjust", "CreateContainer", resp.resources, resp.oom_score_adj):
             fill_adjustment(event.adjust, ctx)
 
     def update_container(self, event: NRIUpdateContainer, state: NodeState, call: Call) -> None:
@@ -327,7 +349,7 @@ class NRIHooks:
         ctx = self.container_context(event.pod, event.container, state, requested)
         self.core.stage(call, Stage.PRE_UPDATE_CONTAINER_RESOURCES, ctx, state)
         res = ctx.response.resources
-        if nri_visible(res) and self._record(ctx, "update", _summary(res), "UpdateContainer"):
+        if nri_visible(res) and self._record_later(call, ctx, "update", "UpdateContainer", res):
             fill_resources(event.update_for(event.container.id).linux.resources, res)
 
     async def synchronize(self, event: NRISynchronize, state: NodeState, call: Call) -> None:

@@ -205,9 +205,11 @@ class PluginSession:
         self._sync_containers: list[api.Container] = []
         self._sync_started: float | None = None
         self._fallback_logged: set[int] = set()
-        # state changes of the call being answered, made once its reply is written (`replied`): events to
-        # publish, or a container whose record is still to be built
-        self._after_reply: list[Event | tuple[api.PodSandbox, api.Container, str | None]] = []
+        # what the call being answered leaves for after its reply is written (`replied`): state events to
+        # publish, a container whose record is still to be built, the call to settle (its timings and
+        # decision record); and the request's own accounting (method, outcome, seconds)
+        self._after_reply: list[Event | tuple[api.PodSandbox, api.Container, str | None] | Call] = []
+        self._served: list[tuple[str, str, float]] = []
         self.methods: dict[str, Handler] = {
             "Configure": self._configure,
             "Synchronize": self._synchronize,
@@ -257,17 +259,27 @@ class PluginSession:
         except Exception as exc:
             return self._failed(req, received, exc)
         if isinstance(out, bytes):
-            return self._done(req, received, "ok", encode_response(out))
+            reply = encode_response(out)
+            # counted once the reply is out (`replied`): nothing but the reply before it
+            self._served.append((req.method, "ok", time.monotonic() - received))
+            return reply
         self.replied()  # the handler waits: what it published goes out now, before it goes on
         return self._handle_later(req, received, out)
 
     def replied(self) -> None:
         """The reply of the call just handled is written: publish the state events it left behind."""
+        served = self._served
+        if served:
+            self._served = []
+            for method, outcome, took in served:
+                self._count(method, outcome, took)
         pending = self._after_reply
         if pending:
             self._after_reply = []
             for item in pending:
-                if isinstance(item, tuple):
+                if isinstance(item, Call):
+                    item.settle()
+                elif isinstance(item, tuple):
                     self._publish_container(*item)
                 else:
                     self.bus.publish_nowait(item)
@@ -278,7 +290,11 @@ class PluginSession:
         try:
             payload = await pending
         except Exception as exc:
+            self.replied()
             return self._failed(req, received, exc)
+        # what the handler left for after its reply (a call to settle; on the StateChange route a
+        # container's events): done now, the reply is written next
+        self.replied()
         return self._done(req, received, "ok", encode_response(payload))
 
     def _failed(self, req: RequestEnvelope, received: float, exc: Exception) -> bytes:
@@ -312,8 +328,11 @@ class PluginSession:
         return self._done(req, received, "internal_error", reply)
 
     def _done(self, req: RequestEnvelope, received: float, outcome: str, reply: bytes) -> bytes:
-        took = time.monotonic() - received
-        method = req.method
+        self._count(req.method, outcome, time.monotonic() - received)
+        return reply
+
+    def _count(self, method: str, outcome: str, took: float) -> None:
+        """One request's accounting: its outcome counted, its plugin-side time observed."""
         counter = _REQUESTS.get((method, outcome))
         if counter is None:
             counter = _REQUESTS[(method, outcome)] = m.REQUESTS.labels(method, outcome)
@@ -324,7 +343,6 @@ class PluginSession:
         timer.observe(took)
         if self.plugin.timings is not None:
             self.plugin.timings.setdefault(method, []).append(took)
-        return reply
 
     def _publish(self, event: Event) -> None:
         # never wait for a full subscriber queue on the reply path: the runtime's clock is running
@@ -344,11 +362,15 @@ class PluginSession:
                 deadline,
                 policy or self.plugin.failure_policy,
                 lambda call: handler(event, state, call),
+                settle=False,
             )
         except (HookError, TimeoutException) as exc:
             # a plain error status, as a Go handler returning an error: the runtime fails the operation
             raise _ErrorReply(Code.UNKNOWN, str(exc)) from None
-        return None if isinstance(started, Call) else _awaited_call(started)
+        if isinstance(started, Call):
+            self._after_reply.append(started)  # settled once the reply is written
+            return None
+        return _awaited_call(started)
 
     async def _request(
         self, event: NRICall, received: float, timeout_nano: int, policy: FailurePolicy | None = None
