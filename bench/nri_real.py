@@ -82,13 +82,22 @@ WINDOW_OUTCOMES = ("caught", "expired", "skipped")
 
 
 def busy_poll_windows(metrics_text: str) -> dict[str, float]:
-    """The agent's `koordqos_nri_busy_poll_windows_total` by outcome, from its /metrics text."""
+    """The agent's `koordqos_nri_busy_poll_windows_total` by outcome, and its mean plugin-side time of a
+    CreateContainer in µs ("plugin_mean", from `koordqos_nri_request_seconds`), from its /metrics text."""
     out = dict.fromkeys(WINDOW_OUTCOMES, 0.0)
+    seconds = {"_sum": 0.0, "_count": 0.0}
     for family in text_string_to_metric_families(metrics_text):
         if family.name == "koordqos_nri_busy_poll_windows":
             for sample in family.samples:
                 if sample.name.endswith("_total") and sample.labels.get("outcome") in out:
                     out[sample.labels["outcome"]] = sample.value
+        elif family.name == "koordqos_nri_request_seconds":
+            for sample in family.samples:
+                suffix = sample.name.removeprefix(family.name)
+                if suffix in seconds and sample.labels.get("method") == "CreateContainer":
+                    seconds[suffix] = sample.value
+    if seconds["_count"]:
+        out["plugin_mean"] = seconds["_sum"] / seconds["_count"] * 1e6
     return out
 
 
@@ -240,6 +249,14 @@ def main() -> None:
         for k, s in zip(results["koordqos"], results["stub"], strict=True)
     ]
     print("per run (koordqos p50/p99 vs Go p50/p99, µs): " + "; ".join(per_run))
+    means = [r["plugin_mean"] for r in results["koordqos"] if "plugin_mean" in r]
+    if means:
+        # the rest of the round trip is the runtime's and the kernel's: a reply that comes later than the
+        # Go runtime spins for costs the runtime a wake-up too (docs/performance.md, session 31)
+        print(
+            f"koordqos plugin-side CreateContainer, the agent's own mean (per run): "
+            f"{', '.join(f'{v:.1f}' for v in means)} µs"
+        )
     polled = [[r.get(k, 0.0) for k in WINDOW_OUTCOMES] for r in results["koordqos"]]
     print(
         "koordqos busy-poll windows caught / expired / skipped (whole run, per run): "
