@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.decisions import DecisionLog
@@ -220,6 +221,26 @@ def test_a_call_left_unsettled_books_nothing_until_it_settles_then_everything_on
     call.settle()  # a second time: nothing more
     assert _timings("SettleLater", "settle-hook") == (before[0] + 1, before[1] + 1)
     assert done == ["first", "after the failure"]
+
+
+def test_failing_bookkeeping_is_counted_every_time_and_logged_once() -> None:
+    def broken_record() -> None:
+        raise KeyError("no such decision ring")
+
+    labels = {"component": "runtime-call-bookkeeping", "kind": "KeyError"}
+    before = REGISTRY.get_sample_value("koordqos_errors_total", labels) or 0.0
+    with capture_logs() as logs:
+        for _ in range(3):
+            call = start_call(
+                "Bookkeeping", 1.0, "Ignore", lambda call: call.defer(broken_record), settle=False
+            )
+            assert isinstance(call, Call)
+            call.settle()
+    assert REGISTRY.get_sample_value("koordqos_errors_total", labels) == before + 3
+    failed = [e for e in logs if e["event"] == "runtime call bookkeeping failed"]
+    assert len(failed) == 1
+    assert failed[0]["request"] == "Bookkeeping"
+    assert "no such decision ring" in failed[0]["error"]
 
 
 def test_a_call_that_raises_settles_even_when_its_caller_would_have() -> None:

@@ -36,11 +36,13 @@ from koordqos.hooks.completion import pod_writes
 from koordqos.hooks.context import ContainerContext, HookContext, PodContext, Stage
 from koordqos.hooks.framework import HookRegistry
 from koordqos.hooks.runtime import RuntimeHooks
+from koordqos.once import SeenOnce
 from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.hooks")
 
 STRATEGY = "runtime-hooks"  # the decision log's strategy name for everything the runtime hooks do
+_bookkeeping_failed: SeenOnce[tuple[str, str]] = SeenOnce(64)  # (work, error type) logged once
 
 HOOK_SECONDS = obs.LoopHistogram(
     "koordqos_runtime_hook_seconds",
@@ -139,7 +141,8 @@ class Call:
 
     def settle(self) -> None:
         """Observe the hooks' and the call's durations and run the deferred work; a second call does nothing.
-        A failing piece of deferred work is logged and the rest still runs."""
+        A failing piece of deferred work is counted (`koordqos_errors_total`), logged once per kind, and the
+        rest still runs."""
         times = self.hook_times
         if times:
             self.hook_times = []
@@ -156,12 +159,15 @@ class Call:
                 try:
                     fn(*args)
                 except Exception as exc:
-                    log.error(
-                        "runtime call bookkeeping failed",
-                        request=self.name,
-                        error=f"{type(exc).__name__}: {exc}",
-                        exc_info=exc,
-                    )
+                    kind = type(exc).__name__
+                    obs.ERRORS.labels("runtime-call-bookkeeping", kind).inc()
+                    if _bookkeeping_failed.first((getattr(fn, "__qualname__", repr(fn)), kind)):
+                        log.error(
+                            "runtime call bookkeeping failed",
+                            request=self.name,
+                            error=f"{kind}: {exc}",
+                            exc_info=exc,
+                        )
 
     def failed(self, step: str, exc: Exception) -> None:
         """`step` raised: logged and counted; raises HookError under Fail."""

@@ -292,11 +292,13 @@ class NRIHooks:
             source="nri",
         )
 
-    def _record(self, ctx: ContainerContext, action: str, new: str, call: str) -> bool:
+    def _record(
+        self, ctx: ContainerContext, action: str, new: str, call: str, dry: bool | None = None
+    ) -> bool:
         """Log the reply as a decision; False in dry-run (the runtime then gets nothing)."""
         r = ctx.request
         target = f"{r.pod_namespace}/{r.pod_name}/{r.container_name}"
-        return self.core.record_reply(target, f"nri-{action}", new, call)
+        return self.core.record_reply(target, f"nri-{action}", new, call, dry)
 
     def _record_later(
         self,
@@ -310,15 +312,13 @@ class NRIHooks:
         """`_record` when the call settles (after the reply is written: the plugin settles it then); False
         in dry-run, as read now."""
         dry = self.core.dry_run
-        call.defer(self._record_now, ctx, action, res, oom, reason, dry)
+        call.defer(self._record_summary, ctx, action, res, oom, reason, dry)
         return not dry
 
-    def _record_now(
+    def _record_summary(
         self, ctx: ContainerContext, action: str, res: Resources, oom: int | None, call: str, dry: bool
     ) -> None:
-        r = ctx.request
-        target = f"{r.pod_namespace}/{r.pod_name}/{r.container_name}"
-        self.core.record_reply(target, f"nri-{action}", _summary(res, oom), call, dry)
+        self._record(ctx, action, _summary(res, oom), call, dry)
 
     # -- handlers ---------------------------------------------------------------------------------
 

@@ -267,7 +267,8 @@ class PluginSession:
         return self._handle_later(req, received, out)
 
     def replied(self) -> None:
-        """The reply of the call just handled is written: publish the state events it left behind."""
+        """The reply of the call just handled is written: count the requests answered, settle their calls
+        (timings, decision records) and publish the state events they left behind."""
         served = self._served
         if served:
             self._served = []
