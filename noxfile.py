@@ -72,16 +72,21 @@ def compiled(session: nox.Session) -> None:
     in about half the time (CI): the same code, less optimised by the C compiler."""
     import os
 
-    session.install("-e", ".[test,dev]", "setuptools")
-    out = ".build/compiled"
-    opt = os.environ.get("KOORDQOS_COMPILE_OPT_LEVEL", "3")
-    session.run("python", "tools/compile.py", "--out", out, "--opt-level", opt)
+    out = _build_compiled(session, os.environ.get("KOORDQOS_COMPILE_OPT_LEVEL", "3"))
     session.run(
         "pytest",
         "-q",
         *(session.posargs or COMPILED_TESTS),
         env={"PYTHONPATH": out, "KOORDQOS_EXPECT_COMPILED": "1"},
     )
+
+
+def _build_compiled(session: nox.Session, opt_level: str = "3") -> str:
+    """Install the dev tools and build the compiled hot path (tools/compile.py); returns its directory."""
+    session.install("-e", ".[test,dev]", "setuptools")
+    out = ".build/compiled"
+    session.run("python", "tools/compile.py", "--out", out, "--opt-level", opt_level)
+    return out
 
 
 @nox.session(name="e2e-apiserver", python=PYTHON)
@@ -121,10 +126,7 @@ def bench_compiled(session: nox.Session) -> None:
     """The benchmarks against the compiled build the container image runs (tools/compile.py at -O3, as the
     image; needs a C compiler): every agent and plugin they start imports the compiled modules, and each
     bench's first line says "koordqos compiled (N modules)"."""
-    session.install("-e", ".[test,dev]", "setuptools")
-    out = ".build/compiled"
-    session.run("python", "tools/compile.py", "--out", out)
-    _run_benchmarks(session, env={"PYTHONPATH": out})
+    _run_benchmarks(session, env={"PYTHONPATH": _build_compiled(session)})
 
 
 # (include dir, .proto files, output package dir) compiled by the `protos` session.

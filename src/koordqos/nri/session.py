@@ -291,11 +291,11 @@ class PluginSession:
         try:
             payload = await pending
         except Exception as exc:
-            self.replied()
             return self._failed(req, received, exc)
-        # what the handler left for after its reply (a call to settle; on the StateChange route a
-        # container's events): done now, the reply is written next
-        self.replied()
+        finally:
+            # what the handler left for after its reply (a call to settle; on the StateChange route a
+            # container's events): done now, the reply is written next
+            self.replied()
         return self._done(req, received, "ok", encode_response(payload))
 
     def _failed(self, req: RequestEnvelope, received: float, exc: Exception) -> bytes:
