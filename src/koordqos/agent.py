@@ -28,7 +28,7 @@ import structlog
 from koordqos import __version__, loopwatch
 from koordqos import observability as obs
 from koordqos.build import describe as describe_build
-from koordqos.cgroups import CgroupExecutor, CgroupLayout, CgroupReader, describe
+from koordqos.cgroups import CgroupExecutor, CgroupLayout, CgroupReader, CgroupVersion, describe
 from koordqos.cgroups.roots import check_host_roots, missing_controllers, readiness_reason
 from koordqos.component import Component, FunctionComponent, ShutdownStep
 from koordqos.config import AgentConfig, parse_failure_policy
@@ -113,6 +113,9 @@ def build_services(
         sys_root=paths.sys_root,
         crio_cgroupfs_bare_ids=paths.crio_cgroupfs_bare_ids,
     )
+    links = layout.resolve_controllers().describe()  # once, at start: ConfigError for a link out of the root
+    if links:
+        log.info("cgroup controllers linked", root=str(layout.root), controllers=links)
     status["cgroups"] = describe(layout)
     executor = CgroupExecutor(
         layout,
@@ -560,6 +563,8 @@ class Agent:
             self.on_shutdown(svc.kube.close)
         self.parts = self._build_parts(svc)
         comps: list[Component] = [FunctionComponent("bus", self.bus.run, essential=True), self.lag]
+        if svc.layout.version is CgroupVersion.V1:  # systemd's controller links, looked at again
+            comps.append(FunctionComponent("cgroup-controllers", svc.layout.watch_controllers))
         self.components = comps + self.parts.components()
         # Start-up leaves ~80k long-lived objects (imports, models); a full collection of them costs 50-90 ms
         # on the loop. Freezing them once keeps every later GC pass short (bench/watch.py --gc-freeze).
