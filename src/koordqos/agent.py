@@ -47,6 +47,7 @@ from koordqos.kube.evictor import Evictor
 from koordqos.kube.local import LocalSources
 from koordqos.kube.sources import NodeSLOSource
 from koordqos.metrics.collector import ContainerDemand, MetricsCollector
+from koordqos.metrics.psi import PSICollector
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import CpuTopology, read_topology
 from koordqos.metrics.types import ContainerSeries
@@ -173,6 +174,7 @@ class Parts:
     """The components built for the selected packages (None: that package does not run)."""
 
     collector: MetricsCollector | None = None
+    psi: PSICollector | None = None  # gate PSICollector
     local_sources: LocalSources | None = None
     nodeslo_source: NodeSLOSource | None = None
     reflectors: list[Component] = field(default_factory=list)
@@ -186,7 +188,7 @@ class Parts:
     def components(self) -> list[Component]:
         """Everything to supervise, in build order."""
         out: list[Component] = []
-        out += [c for c in (self.collector, self.local_sources) if c is not None]
+        out += [c for c in (self.collector, self.psi, self.local_sources) if c is not None]
         out += self.reflectors
         out += [c for c in (self.qos_manager, self.reconciler) if c]
         out += self.reporters.components if self.reporters is not None else []
@@ -585,6 +587,15 @@ class Agent:
                 interval=cfg.metrics.collect_interval_seconds,
                 container_demand=container_demand(cfg, "strategies" in on),
             )
+            if cfg.gate("PSICollector"):
+                parts.psi = PSICollector(
+                    svc.bus,
+                    svc.layout,
+                    svc.reader,
+                    node_name=cfg.node_name,
+                    proc_root=cfg.paths.proc_root,
+                    interval=cfg.metrics.collect_interval_seconds,
+                )
         if "kube" in on:
             if svc.kube is None:
                 parts.local_sources = LocalSources(svc.bus, cfg, svc.layout)

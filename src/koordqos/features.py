@@ -36,6 +36,7 @@ DEFAULT_GATES: Mapping[str, bool] = {
     "OOMScoreAdj": False,
     # others that affect behaviour
     "PerCPUMetric": False,
+    "PSICollector": False,
     "NodeTopologyReport": True,
     "HugePageReport": False,
     "Accelerators": False,
@@ -61,6 +62,7 @@ _ALPHA = {
     "Resctrl",
     "OOMScoreAdj",
     "PerCPUMetric",
+    "PSICollector",
     "Accelerators",
     "HugePageReport",
 }

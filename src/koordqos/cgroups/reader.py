@@ -359,6 +359,11 @@ class CgroupReader:
         data = self._read_bytes(rel, subsystem, name)
         return None if data is None else data.decode("ascii", "replace")
 
+    def read_bytes(self, rel: str, subsystem: str, name: str) -> bytes | None:
+        """The content of file `name` in `rel`'s dir of `subsystem` (held open and re-read, see the class);
+        None when it is missing, refused or unreadable."""
+        return self._read_bytes(rel, subsystem, name)
+
     def _read_bytes(self, rel: str, subsystem: str, name: str) -> bytes | None:
         key = (subsystem, rel, name)
         fd = self._fds.get(key)

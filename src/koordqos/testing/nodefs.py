@@ -351,6 +351,21 @@ class SyntheticNode:
             f"MemAvailable:   {available // 1024} kB\nBuffers:        0 kB\nCached:         0 kB\n",
         )
 
+    def set_pressure(
+        self, rel: str | None, resource: str, some_us: int, full_us: int | None = None, avg10: float = 0.0
+    ) -> None:
+        """A PSI file: the node's `<proc>/pressure/<resource>` (rel None) or a v2 cgroup's
+        `<resource>.pressure`, with cumulative stall totals in µs (the averages all `avg10`)."""
+        avgs = f"avg10={avg10:.2f} avg60={avg10:.2f} avg300={avg10:.2f}"
+        text = f"some {avgs} total={some_us}\n"
+        if full_us is not None:
+            text += f"full {avgs} total={full_us}\n"
+        if rel is None:
+            (self.proc_root / "pressure").mkdir(parents=True, exist_ok=True)
+            overwrite(self.proc_root / "pressure" / resource, text)
+        else:
+            overwrite(self.path(rel, "cpu", f"{resource}.pressure"), text)
+
     # -- more of the host: threads, resctrl, sysctls, block devices ----------------------------------------
 
     def set_threads(self, rel: str, tids: Iterable[int]) -> None:
