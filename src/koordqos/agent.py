@@ -45,6 +45,7 @@ from koordqos.kube.eventlimit import RateLimitedRecorder
 from koordqos.kube.events import EventRecorder
 from koordqos.kube.evictor import Evictor
 from koordqos.kube.local import LocalSources
+from koordqos.kube.nodemark import NodeMarker
 from koordqos.kube.sources import NodeSLOSource
 from koordqos.metrics.collector import ContainerDemand, MetricsCollector
 from koordqos.metrics.psi import PSICollector
@@ -587,7 +588,7 @@ class Agent:
                 interval=cfg.metrics.collect_interval_seconds,
                 container_demand=container_demand(cfg, "strategies" in on),
             )
-            if cfg.gate("PSICollector"):
+            if cfg.gate("PSICollector") or cfg.gate("PSIInterference"):  # the rules read what it collects
                 parts.psi = PSICollector(
                     svc.bus,
                     svc.layout,
@@ -618,6 +619,12 @@ class Agent:
                 topology=svc.topology,
                 evictor=svc.evictor,
                 recorder=svc.recorder,
+                psi=parts.psi,
+                node_marker=(
+                    NodeMarker(svc.kube.get, cfg.node_name)
+                    if svc.kube is not None and cfg.gate("PSIInterference")
+                    else None
+                ),
             )
         hooks_on = "hooks" in on
         if hooks_on:

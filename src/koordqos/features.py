@@ -37,6 +37,7 @@ DEFAULT_GATES: Mapping[str, bool] = {
     # others that affect behaviour
     "PerCPUMetric": False,
     "PSICollector": False,
+    "PSIInterference": False,  # koordqos's own: the PSI interference rules (docs/psi.md)
     "NodeTopologyReport": True,
     "HugePageReport": False,
     "Accelerators": False,
@@ -63,6 +64,7 @@ _ALPHA = {
     "OOMScoreAdj",
     "PerCPUMetric",
     "PSICollector",
+    "PSIInterference",
     "Accelerators",
     "HugePageReport",
 }
