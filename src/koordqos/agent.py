@@ -28,7 +28,7 @@ import structlog
 from koordqos import __version__, loopwatch
 from koordqos import observability as obs
 from koordqos.build import describe as describe_build
-from koordqos.cgroups import CgroupExecutor, CgroupLayout, CgroupReader, describe
+from koordqos.cgroups import CgroupExecutor, CgroupLayout, CgroupReader, CgroupVersion, describe
 from koordqos.cgroups.roots import check_host_roots, missing_controllers, readiness_reason
 from koordqos.component import Component, FunctionComponent, ShutdownStep
 from koordqos.config import AgentConfig, parse_failure_policy
@@ -45,8 +45,10 @@ from koordqos.kube.eventlimit import RateLimitedRecorder
 from koordqos.kube.events import EventRecorder
 from koordqos.kube.evictor import Evictor
 from koordqos.kube.local import LocalSources
+from koordqos.kube.nodemark import NodeMarker
 from koordqos.kube.sources import NodeSLOSource
 from koordqos.metrics.collector import ContainerDemand, MetricsCollector
+from koordqos.metrics.psi import PSICollector
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import CpuTopology, read_topology
 from koordqos.metrics.types import ContainerSeries
@@ -113,6 +115,9 @@ def build_services(
         sys_root=paths.sys_root,
         crio_cgroupfs_bare_ids=paths.crio_cgroupfs_bare_ids,
     )
+    links = layout.resolve_controllers().describe()  # once, at start: ConfigError for a link out of the root
+    if links:
+        log.info("cgroup controllers linked", root=str(layout.root), controllers=links)
     status["cgroups"] = describe(layout)
     executor = CgroupExecutor(
         layout,
@@ -170,6 +175,7 @@ class Parts:
     """The components built for the selected packages (None: that package does not run)."""
 
     collector: MetricsCollector | None = None
+    psi: PSICollector | None = None  # gate PSICollector
     local_sources: LocalSources | None = None
     nodeslo_source: NodeSLOSource | None = None
     reflectors: list[Component] = field(default_factory=list)
@@ -183,7 +189,7 @@ class Parts:
     def components(self) -> list[Component]:
         """Everything to supervise, in build order."""
         out: list[Component] = []
-        out += [c for c in (self.collector, self.local_sources) if c is not None]
+        out += [c for c in (self.collector, self.psi, self.local_sources) if c is not None]
         out += self.reflectors
         out += [c for c in (self.qos_manager, self.reconciler) if c]
         out += self.reporters.components if self.reporters is not None else []
@@ -560,6 +566,8 @@ class Agent:
             self.on_shutdown(svc.kube.close)
         self.parts = self._build_parts(svc)
         comps: list[Component] = [FunctionComponent("bus", self.bus.run, essential=True), self.lag]
+        if svc.layout.version is CgroupVersion.V1:  # systemd's controller links, looked at again
+            comps.append(FunctionComponent("cgroup-controllers", svc.layout.watch_controllers))
         self.components = comps + self.parts.components()
         # Start-up leaves ~80k long-lived objects (imports, models); a full collection of them costs 50-90 ms
         # on the loop. Freezing them once keeps every later GC pass short (bench/watch.py --gc-freeze).
@@ -580,6 +588,15 @@ class Agent:
                 interval=cfg.metrics.collect_interval_seconds,
                 container_demand=container_demand(cfg, "strategies" in on),
             )
+            if cfg.gate("PSICollector") or cfg.gate("PSIInterference"):  # the rules read what it collects
+                parts.psi = PSICollector(
+                    svc.bus,
+                    svc.layout,
+                    svc.reader,
+                    node_name=cfg.node_name,
+                    proc_root=cfg.paths.proc_root,
+                    interval=cfg.metrics.collect_interval_seconds,
+                )
         if "kube" in on:
             if svc.kube is None:
                 parts.local_sources = LocalSources(svc.bus, cfg, svc.layout)
@@ -602,6 +619,12 @@ class Agent:
                 topology=svc.topology,
                 evictor=svc.evictor,
                 recorder=svc.recorder,
+                psi=parts.psi,
+                node_marker=(
+                    NodeMarker(svc.kube.get, cfg.node_name)
+                    if svc.kube is not None and cfg.gate("PSIInterference")
+                    else None
+                ),
             )
         hooks_on = "hooks" in on
         if hooks_on:

@@ -170,6 +170,33 @@ class QoSSettings(_Group):
         return out
 
 
+class PSIRuleSettings(_Group):
+    """One PSI interference rule (docs/psi.md): when it engages, how it climbs, when it restores."""
+
+    enabled: bool = True
+    preview: bool = False  # decisions recorded, nothing changed (per rule)
+    pod_threshold: float = Field(0.10, gt=0, le=1)  # an LS/LSR/LSE pod's "some" stall fraction (cgroup v2)
+    node_threshold: float = Field(0.20, gt=0, le=1)  # the node's "some" stall fraction
+    clear_ratio: float = Field(0.5, gt=0, le=1)  # clean below threshold × this (the hysteresis band)
+    trigger_rounds: int = Field(3, ge=1)
+    clear_rounds: int = Field(10, ge=1)
+    cooldown_seconds: float = Field(300.0, ge=0)
+    tighten_step_percent: float = Field(10.0, gt=0, le=100)  # of node CPU, per bad round (cpu rule)
+    mark_after_rounds: int = Field(3, ge=0)
+    evict_after_rounds: int = Field(5, ge=0)
+    be_min_usage: float = Field(0.1, ge=0)  # BE use needed to engage: cores (cpu) or GiB (memory)
+
+
+class PSISettings(_Group):
+    """The PSI interference rules (gate PSIInterference) and how they mark the node."""
+
+    interval_seconds: float = Field(1.0, gt=0)
+    cpu: PSIRuleSettings = PSIRuleSettings()
+    memory: PSIRuleSettings = PSIRuleSettings()
+    condition_type: str = "KoordQoSInterference"
+    taint_key: str = "koordqos.io/interference"
+
+
 class MetricsSettings(_Group):
     """Metrics collection and retention."""
 
@@ -269,6 +296,7 @@ class AgentConfig(_Group):
     nri: NRISettings = NRISettings()
     hooks: HookSettings = HookSettings()
     qos: QoSSettings = QoSSettings()
+    psi: PSISettings = PSISettings()
     metrics: MetricsSettings = MetricsSettings()
     report: ReportSettings = ReportSettings()
     executor: ExecutorSettings = ExecutorSettings()

@@ -261,3 +261,15 @@ def test_service_alone(chart: helm.Chart) -> None:
     rendered = render(chart, {"metrics": {"service": {"enabled": True}}})
     assert len(rendered.of_kind("Service")) == 1
     assert rendered.of_kind("ServiceMonitor") == []
+
+
+def test_the_psi_rules_add_exactly_their_node_grants(chart: helm.Chart) -> None:
+    """Gate PSIInterference: the node condition (nodes/status patch) and the taint (nodes get, patch)."""
+    rendered = render(chart, {"agent": {"featureGates": {"PSIInterference": True}}})
+    assert rbac_grants(rendered) - (MINIMAL_RBAC | REPORT_RBAC) == {
+        ("", "nodes/status", "patch"),
+        ("", "nodes", "get"),
+        ("", "nodes", "patch"),
+    }
+    off = render(chart, {"agent": {"featureGates": {"PSIInterference": False}}})
+    assert rbac_grants(off) == MINIMAL_RBAC | REPORT_RBAC

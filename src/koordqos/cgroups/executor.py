@@ -102,6 +102,7 @@ class WriteResult:
     old: str | None = None
     new: str | None = None
     error: str = ""
+    error_code: int = 0  # errno of a failed write (EINVAL: a value this kernel refuses)
 
     @property
     def ok(self) -> bool:
@@ -182,6 +183,7 @@ class CgroupExecutor:
         self._warned: SeenOnce[tuple[str, str]] = SeenOnce()
         self.file_reads = 0
         self.file_writes = 0
+        layout.on_controllers_changed(self.invalidate)  # cached paths start at the old controller dirs
 
     @property
     def dry_run(self) -> bool:
@@ -401,6 +403,7 @@ class CgroupExecutor:
                 f"write {new!r} to {path}: {exc.strerror} ({err})",
                 old=current.strip(),
                 new=new,
+                error_code=exc.errno or 0,
             )
         self._remember(w)
         self.decisions.record(strategy, target, action, current.strip(), new, reason, dry_run=False)
@@ -448,6 +451,7 @@ class CgroupExecutor:
         error: str,
         old: str | None = None,
         new: str | None = None,
+        error_code: int = 0,
     ) -> WriteResult:
         resource = w.resource if w.resource in RESOURCES else "unknown"
         CGROUP_WRITES.labels(resource, outcome.value).inc()
@@ -472,7 +476,7 @@ class CgroupExecutor:
             f"{reason}: {error}" if reason else error,
             quiet=True,
         )
-        return WriteResult(w, outcome, old, new, error)
+        return WriteResult(w, outcome, old, new, error, error_code)
 
 
 class _Pace:

@@ -280,10 +280,20 @@ class CgroupReader:
             soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
             max_open_files = default_max_open_files(None if soft == resource.RLIM_INFINITY else soft)
         self.max_open_files = max_open_files
-        bases = (
-            [str(layout.root)] if self._v2 else [str(layout.root / s) for s in ("cpu", "cpuacct", "memory")]
-        )
+        self._check_links = True
+        self._detect_fs()
+        layout.on_controllers_changed(self._controllers_changed)
+
+    def _detect_fs(self) -> None:
+        # on kernfs a removed cgroup's open file fails with ENODEV; elsewhere only the link count tells
+        bases = [str(self.layout.subsystem_dir("", s)) for s in ("cpu", "cpuacct", "memory")]
         self._check_links = not all(mount_fs_type(b) in CGROUP_FS_TYPES for b in bases)
+
+    def _controllers_changed(self) -> None:
+        """Controller dirs moved (a changed link): forget every memoised dir and open file."""
+        self.close()
+        self._dirs.clear()
+        self._detect_fs()
 
     def __del__(self) -> None:
         try:
@@ -348,6 +358,11 @@ class CgroupReader:
     def _read(self, rel: str, subsystem: str, name: str) -> str | None:
         data = self._read_bytes(rel, subsystem, name)
         return None if data is None else data.decode("ascii", "replace")
+
+    def read_bytes(self, rel: str, subsystem: str, name: str) -> bytes | None:
+        """The content of file `name` in `rel`'s dir of `subsystem` (held open and re-read, see the class);
+        None when it is missing, refused or unreadable."""
+        return self._read_bytes(rel, subsystem, name)
 
     def _read_bytes(self, rel: str, subsystem: str, name: str) -> bytes | None:
         key = (subsystem, rel, name)

@@ -135,6 +135,7 @@ class SuppressInputs:
     reserved_milli: int = 0
     be_cpu_manager: bool = False  # gate BECPUManager
     hysteresis_percent: float = 0.0  # --cpu-suppress-hysteresis-percent (0: koordlet's 1 % bypass only)
+    tighten_milli: int = 0  # held below the target by this much, not below the floor (the PSI rule)
 
 
 # -- pure calculations ---------------------------------------------------------------------------------------
@@ -158,6 +159,17 @@ def be_suppress_milli(
     if min_percent is not None:
         suppress = max(suppress, capacity_milli * min_percent // 100)
     return suppress
+
+
+def suppress_floor(capacity_milli: int, cfg: SuppressConfig) -> int:
+    """The least BE suppress can go to: the NodeSLO's minimum, else the policy's floor (the minimum quota;
+    BE_MIN_CPUSET_CORES CPUs)."""
+    policy_floor = (
+        BE_MIN_QUOTA * 1000 // CFS_PERIOD if cfg.policy is Policy.CFS_QUOTA else BE_MIN_CPUSET_CORES * 1000
+    )
+    if cfg.min_percent is not None:
+        return max(policy_floor, capacity_milli * cfg.min_percent // 100)
+    return policy_floor
 
 
 def quota_target(suppress_milli: int) -> int:
@@ -238,6 +250,8 @@ class SuppressPlan:
     writes: list[CgroupWrite] = field(default_factory=list)
     suppress_milli: int | None = None
     skipped: str = ""
+    own_milli: int | None = None  # the target before the PSI rule's tightening
+    floor_milli: int = 0  # the least it can be: the NodeSLO's minimum, the quota or cpuset floor
 
 
 class CPUSuppress:
@@ -306,6 +320,9 @@ class CPUSuppress:
             capacity, cfg.threshold_percent, pod_non_be, app_non_be, system, cfg.min_percent
         )
         BE_SUPPRESS_LS_USED.set(pod_non_be + app_non_be + system)
+        out.own_milli, out.floor_milli = suppress, suppress_floor(capacity, cfg)
+        if inp.tighten_milli > 0:
+            suppress = max(out.floor_milli, suppress - inp.tighten_milli)
         out.suppress_milli = suppress
         if not inp.processors:
             out.skipped = "node cpu info unavailable"
@@ -608,6 +625,7 @@ def assemble_inputs(
         reserved_milli=node.reserved()["cpu"] if node is not None else 0,
         be_cpu_manager=env.config.gate("BECPUSuppress") and env.config.gate("BECPUManager"),
         hysteresis_percent=env.config.qos.cpu_suppress_hysteresis_percent,
+        tighten_milli=env.tightening.milli,
     )
 
 
@@ -678,6 +696,7 @@ class CPUSuppressStrategy:
         await asyncio.sleep(0)  # the inputs and the plan are two slices
         plan = self.core.plan(inp, full=full)
         self.last_plan = plan
+        env.tightening.suppress_milli, env.tightening.floor_milli = plan.own_milli, plan.floor_milli
         await asyncio.sleep(0)  # ... and the plan and the writes
         writes = plan.writes
         if full:  # re-check the files themselves, not the executor's cache of what it wrote
