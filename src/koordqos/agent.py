@@ -37,6 +37,7 @@ from koordqos.errors import ConfigError, StartupError
 from koordqos.events.bus import EventBus
 from koordqos.hooks import build_runtime_hooks
 from koordqos.hooks.core import HookCore
+from koordqos.hooks.reconcile_plan import CLUSTER_POD_SOURCES, LOCAL_POD_SOURCES
 from koordqos.hooks.reconciler import HookReconciler
 from koordqos.hooks.runtime import RuntimeHooks
 from koordqos.host import HostActuator, PrctlCookieOps
@@ -670,6 +671,7 @@ class Agent:
             svc.decisions,
             bus=svc.bus,
             interval=cfg.hooks.reconcile_interval_seconds,
+            pod_sources=LOCAL_POD_SOURCES if svc.local_mode else CLUSTER_POD_SOURCES,
         )
 
     # -- what the HTTP endpoints read (server.http.AgentView) ------------------------------------

@@ -40,6 +40,7 @@ from koordqos.events.types import (
     RuntimeSandboxRemoved,
     RuntimeSandboxUpserted,
     RuntimeSynchronized,
+    SourceSynced,
 )
 from koordqos.hooks.core import Call, call_deadline, start_call
 from koordqos.nri import metrics as m
@@ -508,6 +509,9 @@ class PluginSession:
         # NodeState takes in the thousands of records at once (≈ 2 ms for 2,500): a step of its own
         await asyncio.sleep(0)
         self._publish(RuntimeSynchronized(tuple(sandboxes), tuple(records)))
+        # in the same step: no subscriber sees the runtime's pods without knowing that they are all of them
+        # (local mode's pods come from here: the reconciler's dangling-pod-dir step waits for it)
+        self._publish(SourceSynced("nri"))
         await asyncio.sleep(0)
 
     async def _shutdown(self, payload: BytesLike, received: float, timeout_nano: int) -> bytes:
