@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -647,6 +647,15 @@ class Agent:
             svc.kube.get if svc.kube is not None else None,
             on_topology=on_topology,
         )
+        if hooks_on:
+            # the share pools of the state a reconcile pass or the NRI Synchronize plans from (one computation)
+            nrt = reporters.topology
+
+            def topology_of(state: NodeState) -> Mapping[str, str] | None:
+                want = nrt.desired_for(state)
+                return None if want is None else want.annotations
+
+            hooks.topology_source = topology_of
         svc.status["report"] = reporters
         return reporters
 

@@ -347,6 +347,11 @@ class HookCore:
             call.step = "pod cgroup writes"
             await self.executor.apply(STRATEGY, writes, reason=reason)
 
+    def refresh(self, state: NodeState) -> None:
+        """Rules and the share pools from `state` (`RuntimeHooks.refresh`), before a call that plans many
+        containers from one state (Synchronize): what the reconciler computes from the same state."""
+        self.hooks.refresh(state)
+
     def record_reply(self, target: str, action: str, new: str, reason: str, dry: bool | None = None) -> bool:
         """Record what a reply changes; False in dry-run (the runtime then gets nothing). `dry`: dry-run as
         read when the reply was made (a record made later)."""

@@ -134,7 +134,7 @@ class ReconcilePlanner:
         targets (oom_score_adj, core-sched cookies) of every pod, carried over for unchanged pods, so new
         processes in unchanged containers are still caught; otherwise only those of the planned pods.
         """
-        self.hooks.refresh_rules(state.node_slo, state.node)
+        self.hooks.refresh(state)
         result.rules_updated = self.hooks.take_updates()
         if "GroupIdentity" in result.rules_updated:
             self._dangling_due = True

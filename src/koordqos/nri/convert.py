@@ -355,6 +355,9 @@ class NRIHooks:
     async def synchronize(self, event: NRISynchronize, state: NodeState, call: Call) -> None:
         """Correct every live container whose hook values differ from what it has; thousands of containers
         (≈ 50 µs each) are worked through in slices, yielding to the event loop between them."""
+        # the rules and share pools of this state (the runtime's pods included): the reconciler plans the same
+        # containers from the same computation, so it keeps what is answered here
+        self.core.refresh(state)
         pods = {p.id: p for p in event.pods}
         views: dict[str, PodView] = {}
         clock = time.perf_counter
