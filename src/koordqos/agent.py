@@ -612,7 +612,7 @@ class Agent:
         if "nri" in on:
             if cfg.nri.enabled:
                 handler = NRIHooks(svc.hook_core, svc.layout) if hooks_on else no_hooks
-                parts.nri = build_plugin(svc.bus, cfg, handler, svc.status)
+                parts.nri = build_plugin(svc.bus, cfg, handler, svc.status, svc.decisions)
             else:
                 svc.status["nri"] = "disabled"
         if "proxy" in on:

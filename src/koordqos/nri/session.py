@@ -461,6 +461,7 @@ class PluginSession:
         started = self._sync_started
         pods, containers = self._sync_pods, self._sync_containers
         self._sync_pods, self._sync_containers, self._sync_started = [], [], None
+        counts = len(pods), len(containers)  # the lists are emptied by `_release` below
         await self._replace_state(pods, containers)
         event = NRISynchronize(pods=pods, containers=containers, reconnect=self.plugin.syncs > 0)
         # The runtime's timeout_nano already has the time spent on earlier chunks taken off: measured from
@@ -478,8 +479,8 @@ class PluginSession:
         self.plugin.set_status("connected")
         log.info(
             "NRI synchronized",
-            pods=len(pods),
-            containers=len(containers),
+            pods=counts[0],
+            containers=counts[1],
             updates=updates,
             reconnect=event.reconnect,
         )
