@@ -648,7 +648,7 @@ class Agent:
             on_topology=on_topology,
         )
         if hooks_on:
-            # the share pools of the state a reconcile pass or the NRI Synchronize plans from (one computation)
+            # the share pools of the state a reconcile pass or the NRI Synchronize plans from
             nrt = reporters.topology
 
             def topology_of(state: NodeState) -> Mapping[str, str] | None:

@@ -97,7 +97,7 @@ def bvt_writes(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def test_colocation_restart_keeps_bvt_and_one_cpuset_from_sync_to_reconcile(tmp_path: Path) -> None:
     scenario = colocation(tmp_path / "node")
     node = scenario.node
-    web, db, _batch = scenario.pods
+    _web, db, _batch = scenario.pods
     nginx, postgres, _worker = scenario.containers
     db_dir = node.layout.normalize_parent(db.linux.cgroup_parent)
     postgres_dir = node.layout.normalize_parent(postgres.linux.cgroups_path)
@@ -117,12 +117,9 @@ async def test_colocation_restart_keeps_bvt_and_one_cpuset_from_sync_to_reconcil
         async def reconciled() -> bool:
             # the reconciler has applied the LS pod's cpuset and the LSR pod's bvt (both before and after
             # the fix); then the assertions below tell the two apart
-            return node.read(db_dir, "cpu", BVT) == "2" and node.read(nginx_dir, "cpuset", "cpuset.cpus") in (
-                "2-3",
-                "0-3",
-            ) and any(
-                d["target"] == f"{nginx_dir}/cpuset.cpus" for d in await agent.decisions()
-            )
+            cpus = node.read(nginx_dir, "cpuset", "cpuset.cpus")
+            decided = any(d["target"] == f"{nginx_dir}/cpuset.cpus" for d in await agent.decisions())
+            return node.read(db_dir, "cpu", BVT) == "2" and cpus in ("2-3", "0-3") and decided
 
         await wait_until(lambda: answered(agent, reconciled), timeout=60, interval=0.2, message="reconciled")
         # b: LS containers get the share pool (the CPUs the LSR pod does not hold exclusively), at the
@@ -142,9 +139,10 @@ async def test_colocation_restart_keeps_bvt_and_one_cpuset_from_sync_to_reconcil
         nri_logged = [
             line
             for line in logs
-            if line.get("event") == "decision" and line.get("action") == "nri-update" and line["level"] == "info"
+            if (line.get("event"), line.get("action"), line["level"]) == ("decision", "nri-update", "info")
         ]
-        assert {line["target"] for line in nri_logged} >= {"default/web/nginx", "default/db/postgres"}, nri_logged
+        targets = {line["target"] for line in nri_logged}
+        assert targets >= {"default/web/nginx", "default/db/postgres"}, nri_logged
         web_line = next(line for line in nri_logged if line["target"] == "default/web/nginx")
         assert web_line["new"] == "cpus=2-3"
         assert web_line["reason"] == "Synchronize"
@@ -165,7 +163,9 @@ async def test_colocation_restart_keeps_bvt_and_one_cpuset_from_sync_to_reconcil
                 passes.get(t, 0) for t in ("RuntimeSynchronized", "PodsReplaced", "SourceSynced", "interval")
             )
 
-        await wait_until(lambda: answered(agent, planned_after_sync), timeout=60, interval=0.2, message="pass")
+        await wait_until(
+            lambda: answered(agent, planned_after_sync), timeout=60, interval=0.2, message="pass"
+        )
         assert bvt_writes(await agent.decisions()) == []
         assert {rel: node.read(rel, "cpu", BVT) for rel in (db_dir, postgres_dir)} == values
         agent.stop()
@@ -181,9 +181,7 @@ async def test_colocation_restart_keeps_bvt_and_one_cpuset_from_sync_to_reconcil
         await wait_until(lambda: answered(agent, rule_seen), timeout=60, interval=0.2, message="two passes")
         assert bvt_writes(await agent.decisions()) == []
         assert {rel: node.read(rel, "cpu", BVT) for rel in (db_dir, postgres_dir)} == values
-        assert not [
-            line for line in agent.stop() if line.get("level") in ("warning", "error", "critical")
-        ]
+        assert not [line for line in agent.stop() if line.get("level") in ("warning", "error", "critical")]
     finally:
         for a in agents:
             if a.proc.poll() is None:

@@ -49,7 +49,8 @@ async def test_a_create_container_adjustment_is_a_logged_decision_with_old_and_n
     line = lines[0]
     assert (line["action"], line["target"], line["reason"]) == ("nri-adjust", "ns/p/c", "CreateContainer")
     # the container asked for nothing: its values before the adjustment
-    assert "quota=50000" in line["new"] and "quota=-1" in line["old"]
+    assert "quota=50000" in line["new"]
+    assert "quota=-1" in line["old"]
     last = h.core.decisions.recent()[-1]
     assert (last.old, last.new) == (line["old"], line["new"])
 
@@ -88,7 +89,8 @@ async def test_a_synchronize_update_records_the_values_it_replaces(tmp_path: Pat
         await serve(h, NRISynchronize([be_pod()], [c]))
     (line,) = decision_lines(logs)
     assert (line["action"], line["reason"]) == ("nri-update", "Synchronize")
-    assert "shares=512" in line["new"] and "shares=2" in line["old"]
+    assert "shares=512" in line["new"]
+    assert "shares=2" in line["old"]
 
 
 async def test_unsolicited_updates_are_decisions_and_dry_run_sends_none(

@@ -54,7 +54,8 @@ async def test_the_synchronize_answer_is_the_cpuset_the_reconciler_keeps(tmp_pat
     hooks.topology_source = topology_of
     # the agent's first NRT round, before any pod: every CPU is in the share pool
     await reporter.round()
-    assert hooks.cpuset is not None and hooks.cpuset.rule is not None
+    assert hooks.cpuset is not None
+    assert hooks.cpuset.rule is not None
     assert [p.cpuset for p in hooks.cpuset.rule.share_pools] == ["0-3"]
 
     decisions = DecisionLog()

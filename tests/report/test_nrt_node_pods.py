@@ -1,5 +1,5 @@
-"""The NRT (and so the CPUSetAllocator's share pools) counts the runtime's sandboxes no PodInfo stands for yet:
-the NRI Synchronize delivers them before the local pod source or the API server (issue #32 item 5b)."""
+"""The NRT (and so the CPUSetAllocator's share pools) counts the runtime's sandboxes no PodInfo stands for
+yet: the NRI Synchronize delivers them before the local pod source or the API server (issue #32 item 5b)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ async def test_a_pinned_sandbox_leaves_the_share_pool_before_its_pod_is_known(tm
     state = reduce(NodeState(), RuntimeSandboxUpserted(PINNED))
     assert r.desired_for(state) is None  # before the first round asked the kubelet: nothing to give
     first = await r.compute(NodeState())
-    assert first is not None and [p.cpuset for p in first.pools.ls] == ["0-3"]
+    assert first is not None
+    assert [p.cpuset for p in first.pools.ls] == ["0-3"]
     want = r.desired_for(state)
     assert want is not None
     assert [p.cpuset for p in want.pools.ls] == ["2-3"]  # was 0-3: the sandbox was not counted
@@ -56,4 +57,5 @@ async def test_a_pinned_sandbox_leaves_the_share_pool_before_its_pod_is_known(tm
     with_pod = reduce(state, PodsReplaced((pod_from_sandbox(PINNED, "node"),), source="nri"))
     assert len(r.node_pods(with_pod)) == 1
     again = r.desired_for(with_pod)
-    assert again is not None and again.pools == want.pools
+    assert again is not None
+    assert again.pools == want.pools

@@ -63,7 +63,8 @@ MAX_WARNED = 4096  # log-once memories; beyond this they are forgotten all at on
 SKIPPED_PER_YIELD = 16  # unchanged pods cost ~2 µs each: a yield per this many, not one per pod
 KUBE_QOS_ORDER = (KubeQoS.GUARANTEED, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT)
 #: the synced sources (`NodeState.synced`) after which the node's pods are all known: the API server's pod
-#: list (cluster mode); local mode's pod source is marked synced at start, its pods come with the NRI Synchronize
+#: list (cluster mode); local mode's pod source is marked synced at start, its pods come with the NRI
+#: Synchronize
 CLUSTER_POD_SOURCES = frozenset({"pods"})
 LOCAL_POD_SOURCES = frozenset({"pods", "nri"})
 

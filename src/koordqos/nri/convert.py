@@ -394,7 +394,9 @@ class NRIHooks:
             self.core.stage(call, Stage.PRE_UPDATE_CONTAINER_RESOURCES, ctx, state)
             have = ctx.request.resources
             diff = differing(ctx.response.resources, have)
-            if nri_visible(diff) and self._record(ctx, "update", _was(diff, have), summary(diff), "Synchronize"):
+            if nri_visible(diff) and self._record(
+                ctx, "update", _was(diff, have), summary(diff), "Synchronize"
+            ):
                 fill_resources(event.update_for(ctr.id).linux.resources, diff)
 
     def remove_pod_sandbox(self, event: NRIRemovePodSandbox, state: NodeState, call: Call) -> None:

@@ -37,6 +37,7 @@ from koordqos.events.types import (
     RuntimeSandboxUpserted,
     RuntimeSynchronized,
 )
+from koordqos.kube.local import pod_from_sandbox
 from koordqos.kube.report import (
     REPORTS,
     NodeBatchPatcher,
@@ -44,7 +45,6 @@ from koordqos.kube.report import (
     NRTWriter,
     WriteOutcome,
 )
-from koordqos.kube.local import pod_from_sandbox
 from koordqos.metrics.hardware import NodeHardware
 from koordqos.metrics.procfs import read_text
 from koordqos.metrics.topology import CpuTopology
