@@ -150,8 +150,9 @@ class RuntimeHooks:
             # the source memoises its result: the same object means the same pools, nothing to parse
             if annotations is not None and annotations is not self._topology_seen:
                 self._topology_seen = annotations
-                if self.update_topology(annotations):
-                    updated.add(CPUSetAllocator.name)
+                cpuset = self.cpuset
+                if self.update_topology(annotations) and cpuset is not None:
+                    updated.add(cpuset.name)
         return updated
 
     def update_topology(self, annotations: Mapping[str, str]) -> bool:
