@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from koordqos.errors import ConfigError, StartupError
 from koordqos.events.bus import EventBus
 from koordqos.hooks import build_runtime_hooks
 from koordqos.hooks.core import HookCore
+from koordqos.hooks.reconcile_plan import CLUSTER_POD_SOURCES, LOCAL_POD_SOURCES
 from koordqos.hooks.reconciler import HookReconciler
 from koordqos.hooks.runtime import RuntimeHooks
 from koordqos.host import HostActuator, PrctlCookieOps
@@ -634,7 +635,7 @@ class Agent:
         if "nri" in on:
             if cfg.nri.enabled:
                 handler = NRIHooks(svc.hook_core, svc.layout) if hooks_on else no_hooks
-                parts.nri = build_plugin(svc.bus, cfg, handler, svc.status)
+                parts.nri = build_plugin(svc.bus, cfg, handler, svc.status, svc.decisions)
             else:
                 svc.status["nri"] = "disabled"
         if "proxy" in on:
@@ -669,6 +670,15 @@ class Agent:
             svc.kube.get if svc.kube is not None else None,
             on_topology=on_topology,
         )
+        if hooks_on:
+            # the share pools of the state a reconcile pass or the NRI Synchronize plans from
+            nrt = reporters.topology
+
+            def topology_of(state: NodeState) -> Mapping[str, str] | None:
+                want = nrt.desired_for(state)
+                return None if want is None else want.annotations
+
+            hooks.topology_source = topology_of
         svc.status["report"] = reporters
         return reporters
 
@@ -693,6 +703,7 @@ class Agent:
             svc.decisions,
             bus=svc.bus,
             interval=cfg.hooks.reconcile_interval_seconds,
+            pod_sources=LOCAL_POD_SOURCES if svc.local_mode else CLUSTER_POD_SOURCES,
         )
 
     # -- what the HTTP endpoints read (server.http.AgentView) ------------------------------------
