@@ -597,6 +597,7 @@ class Agent:
                     node_name=cfg.node_name,
                     proc_root=cfg.paths.proc_root,
                     interval=cfg.metrics.collect_interval_seconds,
+                    hybrid_pods=cfg.psi.hybrid_pods,
                 )
         if "kube" in on:
             if svc.kube is None:

@@ -195,6 +195,9 @@ class PSISettings(_Group):
     memory: PSIRuleSettings = PSIRuleSettings()
     condition_type: str = "KoordQoSInterference"
     taint_key: str = "koordqos.io/interference"
+    # cgroup v1 with a unified hierarchy (hybrid): pod and container PSI from `unified/` (project decision);
+    # false: koordlet's, pod PSI on cgroup v2 only
+    hybrid_pods: bool = True
 
 
 class MetricsSettings(_Group):
@@ -350,6 +353,12 @@ FLAGS: tuple[Flag, ...] = (
         "cgroupfs-crio-bare-container-dirs",
         "paths.crio_cgroupfs_bare_ids",
         "cgroupfs driver: look for CRI-O containers in <id> (koordlet) instead of crio-<id> (CRI-O's name)",
+        bool,
+    ),
+    Flag(
+        "psi-hybrid-pods",
+        "psi.hybrid_pods",
+        "cgroup v1 + unified (hybrid): read pod and container PSI from unified/ (false: koordlet's, v2 only)",
         bool,
     ),
     Flag("nri-socket", "nri.socket", "NRI runtime socket"),
