@@ -25,7 +25,8 @@ from koordqos.model.nodeslo import parse_nodeslo
 from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.state import NodeState
-from koordqos.strategies.cpusuppress import CPUSuppressStrategy
+from koordqos.observability import REGISTRY
+from koordqos.strategies.cpusuppress import BE_SUPPRESS_CORES, CPUSuppressStrategy
 from koordqos.strategies.framework import StrategyEnv
 from koordqos.testing.nodefs import GiB, SyntheticNode
 from koordqos.testing.strategyenv import strategy_env
@@ -210,3 +211,21 @@ async def test_the_agents_first_quota_is_koordlets_value(tmp_path: Path, server:
         await wait_until(lambda: quota_writes(), timeout=10, message="the first quota")
         first = quota_writes()[0]
     assert abs(first - 140_000) <= 10_000, quota_writes()
+
+
+def _cores_exported() -> float | None:
+    return REGISTRY.get_sample_value("koordqos_be_suppress_cores", {"policy": "cfsQuota"})
+
+
+async def test_a_restart_over_a_suppressed_node_exports_the_cap_in_force(tmp_path: Path) -> None:
+    """issue #32 item 5g: the besteffort quota is already what the formula gives (the agent's last run
+    wrote it): the round writes nothing, and koordqos_be_suppress_cores still says 1.4."""
+    node = build(tmp_path)
+    node.fs.write(BE_DIR, "cpu", "cpu.cfs_quota_us", 140_000)
+    node.add(_pod("ls", be=False))
+    node.add(_pod("be", be=True))
+    BE_SUPPRESS_CORES.clear()  # a new process has no sample yet
+    for _ in range(3):
+        assert await node.round(2.6, {"uid-ls": 1.2, "uid-be": 1.4}) == []
+        assert _cores_exported() == 1.4
+    assert node.quota() == 140_000

@@ -383,6 +383,9 @@ class CPUSuppress:
         self.hysteresis.percent = inp.hysteresis_percent
         new = self.hysteresis.decide(new, quota_target(suppress_milli), inp.be_quota, capacity_milli)
         if new is None:
+            # the cap in force stays: exported too (after a restart over a suppressed node nothing is written)
+            if inp.be_quota != UNSET_QUOTA:
+                BE_SUPPRESS_CORES.labels(Policy.CFS_QUOTA.value).set(inp.be_quota / CFS_PERIOD)
             return []
         BE_SUPPRESS_CORES.labels(Policy.CFS_QUOTA.value).set(new / CFS_PERIOD)
         return [
