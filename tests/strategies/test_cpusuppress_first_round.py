@@ -10,9 +10,12 @@ Scenario of the issue: 4 CPUs, threshold 65 %, LS 1.2 cores, BE 2.0 → 4 × 0.6
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+
+import pytest
 
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.config import build_config
@@ -24,8 +27,8 @@ from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import parse_nodeslo
 from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.qos import KubeQoS
-from koordqos.state import NodeState
 from koordqos.observability import REGISTRY
+from koordqos.state import NodeState
 from koordqos.strategies.cpusuppress import BE_SUPPRESS_CORES, CPUSuppressStrategy
 from koordqos.strategies.framework import StrategyEnv
 from koordqos.testing.nodefs import GiB, SyntheticNode
@@ -40,12 +43,19 @@ from tests.strategies.test_agent_integration import (
     make_pod,
     parse_pod,
     running_agent,
-    server,  # noqa: F401 (the fixture)
     wait_until,
 )
 
 CPUS = 4
 BE_DIR = "kubepods/besteffort"
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeAPIServer]:
+    srv = FakeAPIServer()
+    await srv.start()
+    yield srv
+    await srv.stop()
 
 
 def _pod(name: str, be: bool, state: str = "running") -> PodInfo:
@@ -106,10 +116,10 @@ class Node:
         return int(self.fs.read(BE_DIR, "cpu", "cpu.cfs_quota_us"))
 
 
-def build(tmp_path: Path, **qos: object) -> Node:
+def build(tmp_path: Path, dry_run: bool = False, **qos: object) -> Node:
     fs = SyntheticNode(tmp_path, cpus=CPUS)
     now = [1000.0]
-    decisions = DecisionLog()
+    decisions = DecisionLog(dry_run=dry_run)
     env = strategy_env(
         fs.layout,
         decisions,
@@ -132,7 +142,8 @@ async def test_the_first_round_waits_for_the_be_pods_first_sample_and_writes_koo
     assert await node.round(3.2, {}) == []
     assert node.quota() == -1
     plan = node.strategy.last_plan
-    assert plan is not None and plan.skipped.startswith("waiting for the first CPU sample of 1 BE pods")
+    assert plan is not None
+    assert plan.skipped.startswith("waiting for the first CPU sample of 1 BE pods")
     # the next round has every sample: 2.6 − 1.2 − 0 (system) = 1.4 cores, written from -1 in one step
     assert await node.round(3.2, {"uid-ls": 1.2, "uid-be": 2.0}) == [140_000]
     assert node.quota() == 140_000
@@ -167,7 +178,11 @@ async def test_a_be_pod_never_measured_holds_suppress_for_the_wait_only(tmp_path
     assert await node.round(1.2, {"uid-ls": 1.2}) == [140_000]  # then its CPU is system usage, as before
     # a container restart is a new start: waited for again (a cut of 0.4 would be written otherwise)
     restarted = _pod("be", be=True).model_copy(
-        update={"containers": (ContainerInfo(name="main", container_id="containerd://" + "e" * 64, state="running"),)}
+        update={
+            "containers": (
+                ContainerInfo(name="main", container_id="containerd://" + "e" * 64, state="running"),
+            )
+        }
     )
     node.pods[restarted.uid] = restarted
     assert await node.round(1.6, {"uid-ls": 1.2}) == []
@@ -199,7 +214,9 @@ async def test_the_agents_first_quota_is_koordlets_value(tmp_path: Path, server:
         }
     }
     server.upsert("nodeslos", make_nodeslo(NODE, slo))
-    async with running_agent(tmp_path, server, CounterDriver(node, Rates({ls_dir: 1.2, be_dir: 2.0}))) as agent:
+    async with running_agent(
+        tmp_path, server, CounterDriver(node, Rates({ls_dir: 1.2, be_dir: 2.0}))
+    ) as agent:
 
         def quota_writes() -> list[int]:
             return [
@@ -208,7 +225,7 @@ async def test_the_agents_first_quota_is_koordlets_value(tmp_path: Path, server:
                 if d.target == f"{BE_DIR}/cpu.cfs_quota_us" and d.action == "write"
             ]
 
-        await wait_until(lambda: quota_writes(), timeout=10, message="the first quota")
+        await wait_until(quota_writes, timeout=10, message="the first quota")
         first = quota_writes()[0]
     assert abs(first - 140_000) <= 10_000, quota_writes()
 

@@ -137,7 +137,9 @@ class SuppressInputs:
     be_cpu_manager: bool = False  # gate BECPUManager
     hysteresis_percent: float = 0.0  # --cpu-suppress-hysteresis-percent (0: koordlet's 1 % bypass only)
     tighten_milli: int = 0  # held below the target by this much, not below the floor (the PSI rule)
-    awaiting_sample: tuple[str, ...] = ()  # running BE pods whose first CPU sample is to come (suppresssamples)
+    awaiting_sample: tuple[
+        str, ...
+    ] = ()  # running BE pods whose first CPU sample is to come (suppresssamples)
 
 
 # -- pure calculations ---------------------------------------------------------------------------------------
@@ -308,7 +310,9 @@ class CPUSuppress:
         if inp.awaiting_sample:
             # their CPU is in the node's usage but not yet in theirs: it would count as system usage
             waited = inp.awaiting_sample
-            out.skipped = f"waiting for the first CPU sample of {len(waited)} BE pods: {', '.join(waited[:3])}"
+            out.skipped = (
+                f"waiting for the first CPU sample of {len(waited)} BE pods: {', '.join(waited[:3])}"
+            )
             return out
         capacity = inp.node.capacity.get("cpu", 0)
         non_be = self.non_be(inp.pods)
@@ -699,9 +703,7 @@ class CPUSuppressStrategy:
         awaiting = wait.waiting(
             pods, lambda pod: non_be.get(pod.uid) is False, pod_used, env.clock(), env.collect_interval
         )
-        return assemble_inputs(
-            state, env, node_used, pod_used, self._be_dirs, self._be_pod_dirs, awaiting
-        )
+        return assemble_inputs(state, env, node_used, pod_used, self._be_dirs, self._be_pod_dirs, awaiting)
 
     async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
         """Plan from the current state and metrics, then write through the executor.
