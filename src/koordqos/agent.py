@@ -160,7 +160,7 @@ def build_services(
         layout=layout,
         executor=executor,
         host=host,
-        reader=CgroupReader(layout),
+        reader=CgroupReader(layout, dry_run_files=executor.dry_run_files),
         topology=read_topology(paths.sys_root),
         metric_store=MetricStore(config.metrics.retention_seconds, config.metrics.collect_interval_seconds),
         kube=kube,
