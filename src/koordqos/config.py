@@ -153,6 +153,11 @@ class QoSSettings(_Group):
     )
     system_config_restore: bool = True  # a sysctl removed from the NodeSLO gets its pre-koordqos value back
     resctrl_task_sweep_seconds: float = Field(10.0, ge=0)  # 0: every pod's threads every round (koordlet)
+    # network QoS (docs/network-qos.md): the namespace whose default-route NIC tc shapes ("": the agent's),
+    # terway's config dir, and koordlet's unit slips (percentages of bits as bytes, pod limits / 64)
+    net_qos_netns: str = ""
+    terway_qos_dir: Path = Path("/var/lib/terway/qos")
+    net_qos_koordlet_units: bool = False
 
     @field_validator("extension_plugins", mode="before")
     @classmethod
@@ -492,6 +497,18 @@ FLAGS: tuple[Flag, ...] = (
         "system-config-restore",
         "qos.system_config_restore",
         "a systemStrategy field removed from the NodeSLO restores the file's earlier value (false: koordlet)",
+        bool,
+    ),
+    Flag(
+        "net-qos-netns",
+        "qos.net_qos_netns",
+        "TCNetworkQoS: shape the default-route NIC of this network namespace (`ip netns`; empty: agent's)",
+    ),
+    Flag("terway-qos-dir", "qos.terway_qos_dir", "TerwayQoS: the directory terway reads its QoS config from"),
+    Flag(
+        "net-qos-koordlet-units",
+        "qos.net_qos_koordlet_units",
+        "network QoS: koordlet's units (terway percentages of bits taken as bytes, tc pod limits / 64)",
         bool,
     ),
     Flag(

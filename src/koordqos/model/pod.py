@@ -85,6 +85,7 @@ class PodInfo(BaseModel):
     source: str = "api"  # "api" or "nri" (local mode)
     creation_timestamp: str = ""  # RFC 3339; sorts chronologically as a string
     host_network: bool = False
+    pod_ip: str = ""  # status.podIP (network QoS classifies a pod's traffic by it)
     runtime_class_name: str = ""
     volumes: Mapping[str, str] = Field(default_factory=dict)  # volume name → PVC claim name ("" if not a PVC)
     parse_problems: Mapping[str, str] = Field(default_factory=dict)  # malformed quantities seen by parse_pod
@@ -364,6 +365,7 @@ def parse_pod(raw: Mapping[str, Any], source: str = "api") -> PodInfo:
         source=source,
         creation_timestamp=_text(meta.get("creationTimestamp")),
         host_network=spec.get("hostNetwork") is True,
+        pod_ip=_text(status.get("podIP")),
         runtime_class_name=_text(spec.get("runtimeClassName")),
         volumes=_volumes(spec.get("volumes")),
         parse_problems=problems,

@@ -38,6 +38,8 @@ ORDER = (
     "MemoryEvict",
     "ResctrlReconcile",
     "SystemConfigReconcile",
+    "TCNetworkQoS",  # koordlet's runtime-hook rules (runtime-hooks.md §3.9, §3.10), run as strategies here
+    "TerwayQoS",
     "PSIInterference",  # koordqos's own (docs/psi.md), after koordlet's
 )
 
@@ -52,6 +54,7 @@ def _register_builtin() -> None:
     from koordqos.strategies.psirule import PSIInterferenceStrategy
     from koordqos.strategies.resctrl import ResctrlReconcileStrategy
     from koordqos.strategies.sysconfig import SystemConfigStrategy
+    from koordqos.strategies.tcqos import TCNetworkQoSStrategy
 
     register("BlkioReconcile", BlkioReconcileStrategy)
     register("CgroupReconcile", CgroupReconcileStrategy)
@@ -62,6 +65,7 @@ def _register_builtin() -> None:
     register("PSIInterference", PSIInterferenceStrategy)
     register("ResctrlReconcile", ResctrlReconcileStrategy)
     register("SystemConfigReconcile", SystemConfigStrategy)
+    register("TCNetworkQoS", TCNetworkQoSStrategy)
 
 
 _register_builtin()

@@ -194,6 +194,8 @@ class SyntheticNode:
                 ("blkio", "blkio.throttle.write_iops_device"): "",
                 ("cpu", "tasks"): "",
             }
+            if self._dir("", "net_cls").is_dir():  # systemd's net_cls,net_prio (not in V1Mounts.SEPARATE)
+                files[("net_cls", "net_cls.classid")] = "0"
         else:
             files = {
                 ("cpu", "cpu.weight"): "100",
