@@ -55,6 +55,7 @@ def _register_builtin() -> None:
     from koordqos.strategies.resctrl import ResctrlReconcileStrategy
     from koordqos.strategies.sysconfig import SystemConfigStrategy
     from koordqos.strategies.tcqos import TCNetworkQoSStrategy
+    from koordqos.strategies.terwayqos import TerwayQoSStrategy
 
     register("BlkioReconcile", BlkioReconcileStrategy)
     register("CgroupReconcile", CgroupReconcileStrategy)
@@ -66,6 +67,7 @@ def _register_builtin() -> None:
     register("ResctrlReconcile", ResctrlReconcileStrategy)
     register("SystemConfigReconcile", SystemConfigStrategy)
     register("TCNetworkQoS", TCNetworkQoSStrategy)
+    register("TerwayQoS", TerwayQoSStrategy)
 
 
 _register_builtin()
