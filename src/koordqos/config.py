@@ -52,6 +52,7 @@ class HostPaths(_Group):
     cgroup_root: Path = Path("/sys/fs/cgroup")
     proc_root: Path = Path("/proc")
     sys_root: Path = Path("/sys")
+    dev_root: Path = Path("/dev")
     # koordlet names every cgroupfs container dir `<id>`; CRI-O really names it `crio-<id>` (project decision)
     crio_cgroupfs_bare_ids: bool = False
 
@@ -357,6 +358,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("cgroup-root", "paths.cgroup_root", "cgroup filesystem root"),
     Flag("proc-root", "paths.proc_root", "procfs root"),
     Flag("sys-root", "paths.sys_root", "sysfs root"),
+    Flag("dev-root", "paths.dev_root", "device nodes root (RDMA device injection reads the numbers there)"),
     Flag(
         "cgroupfs-crio-bare-container-dirs",
         "paths.crio_cgroupfs_bare_ids",

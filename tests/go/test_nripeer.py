@@ -97,8 +97,11 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_script(peer: Path, tmp_path: Path, node: SyntheticNode, script: dict[str, Any]) -> dict[str, Any]:
-    """Run the agent (local mode, on `node`) against nripeer playing `script`; nripeer's JSON output."""
+def run_script(
+    peer: Path, tmp_path: Path, node: SyntheticNode, script: dict[str, Any], extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Run the agent (local mode, on `node`, with `extra` flags) against nripeer playing `script`; nripeer's
+    JSON output."""
     script_path = tmp_path / "script.json"
     script_path.write_text(json.dumps(script))
     sock = (
@@ -118,6 +121,7 @@ def run_script(peer: Path, tmp_path: Path, node: SyntheticNode, script: dict[str
             f"127.0.0.1:{_port()}",
             "--log-format",
             "json",
+            *extra,
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
         env["HOME"] = str(tmp_path)

@@ -68,6 +68,8 @@ def test_the_builtin_registry_lists_every_hook_module_once() -> None:
         "CoreSched",
         "OOMScoreAdj",
         "Resctrl",
+        "gpu env inject",
+        "rdma device inject",
     ]
     assert len({spec.gate for spec in HOOKS}) == len(HOOKS)
 

@@ -63,5 +63,7 @@ def build_runtime_hooks(config: AgentConfig, layout: CgroupLayout) -> RuntimeHoo
             core_sched_reason=core_reason,
             resctrl_root=probe_resctrl(config),
             cpu_idle_on_qos_dirs=config.hooks.cpu_idle_on_qos_dirs,
+            sys_root=Path(config.paths.sys_root),
+            dev_root=Path(config.paths.dev_root),
         )
     )

@@ -166,6 +166,27 @@ class ContainerRequest:
         return kube_qos_from_cgroup_parent(self.cgroup_parent or self.pod_cgroup_parent)
 
 
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A mount a hook adds to a container (NRI only: the proxy protocol has no mounts)."""
+
+    destination: str
+    source: str
+    type: str = "bind"
+    options: tuple[str, ...] = ("rbind",)
+
+
+@dataclass(frozen=True, slots=True)
+class LinuxDevice:
+    """A device node a hook adds to a container (NRI only), with its numbers and file mode."""
+
+    path: str
+    major: int
+    minor: int
+    type: str = "c"
+    file_mode: int = 0o666
+
+
 @dataclass(slots=True, init=False)  # `__init__` declared: see `Resources`
 class ContainerResponse:
     """What hooks set for a container: NRI adjustment/update fields, or container cgroup files."""
@@ -174,6 +195,8 @@ class ContainerResponse:
     add_envs: dict[str, str]
     oom_score_adj: int | None
     rdt_class: str | None  # the resctrl group (closid) the container starts in
+    add_mounts: list[Mount]
+    add_devices: list[LinuxDevice]
 
     def __init__(
         self,
@@ -181,11 +204,15 @@ class ContainerResponse:
         add_envs: dict[str, str] | None = None,
         oom_score_adj: int | None = None,
         rdt_class: str | None = None,
+        add_mounts: list[Mount] | None = None,
+        add_devices: list[LinuxDevice] | None = None,
     ) -> None:
         self.resources = Resources() if resources is None else resources
         self.add_envs = {} if add_envs is None else add_envs
         self.oom_score_adj = oom_score_adj
         self.rdt_class = rdt_class
+        self.add_mounts = [] if add_mounts is None else add_mounts
+        self.add_devices = [] if add_devices is None else add_devices
 
 
 @dataclass(slots=True, init=False)  # `__init__` declared: see `Resources`

@@ -39,6 +39,8 @@ class HookOptions:
     core_sched_reason: str = "not probed"
     resctrl_root: Path | None = None  # the mounted resctrl (`<sys>/fs/resctrl`); None without L3 CAT
     cpu_idle_on_qos_dirs: bool = False  # koordlet's cpu.idle on kube-QoS dirs (project decision: per pod)
+    sys_root: Path = Path("/sys")  # RDMA: the PCI devices' uverbs
+    dev_root: Path = Path("/dev")  # RDMA: the device nodes' numbers
 
     def gate(self, name: str) -> bool:
         """A feature gate, koordlet's default when not set."""

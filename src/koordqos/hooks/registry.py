@@ -11,8 +11,10 @@ from koordqos.hooks import (
     coresched,
     cpunormalization,
     cpuset,
+    gpu,
     groupidentity,
     oomscoreadj,
+    rdma,
     resctrl,
 )
 from koordqos.hooks.framework import HookPlugin, HookSpec
@@ -25,4 +27,6 @@ HOOKS: tuple[HookSpec[HookPlugin], ...] = (
     coresched.HOOK,
     oomscoreadj.HOOK,
     resctrl.HOOK,
+    gpu.HOOK,
+    rdma.HOOK,
 )

@@ -331,6 +331,9 @@ class NRIHooks:
             old_oom = None
         envs = tuple(k for k, v in resp.add_envs.items() if ctx.request.envs.get(k) != v)
         new = summary(diff, oom, envs, resp.rdt_class)
+        extra = [f"mount={m.destination}" for m in resp.add_mounts]
+        extra += [f"device={d.path}" for d in resp.add_devices]
+        new = " ".join(filter(None, (new, *extra)))
         if new:
             self._record(ctx, action, _was(diff, have, old_oom if oom is not None else None), new, call, dry)
 
@@ -352,6 +355,8 @@ class NRIHooks:
             or resp.add_envs
             or resp.oom_score_adj is not None
             or resp.rdt_class is not None
+            or resp.add_mounts
+            or resp.add_devices
         ):
             return
         if self._record_later(call, ctx, "adjust", "CreateContainer", event.container):
@@ -487,7 +492,7 @@ def fill_resources(target: api.LinuxResources, res: Resources) -> None:
 
 
 def fill_adjustment(adjust: api.ContainerAdjustment, ctx: ContainerContext) -> None:
-    """koordlet NriDone for CreateContainer: resources, env and (extension) oom_score_adj."""
+    """koordlet NriDone for CreateContainer: resources, env, mounts, devices and (extension) oom_score_adj."""
     resp = ctx.response
     linux = adjust.linux  # read once (a by-name lookup in upb); it becomes set only when written to
     if nri_visible(resp.resources):
@@ -498,3 +503,8 @@ def fill_adjustment(adjust: api.ContainerAdjustment, ctx: ContainerContext) -> N
         linux.oom_score_adj.value = resp.oom_score_adj
     if resp.rdt_class is not None:
         linux.resources.rdt_class.value = resp.rdt_class
+    for m in resp.add_mounts:
+        adjust.mounts.add(destination=m.destination, type=m.type, source=m.source, options=list(m.options))
+    for d in resp.add_devices:
+        dev = linux.devices.add(path=d.path, type=d.type, major=d.major, minor=d.minor)
+        dev.file_mode.value = d.file_mode
