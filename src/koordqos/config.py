@@ -243,6 +243,10 @@ class ReportSettings(_Group):
     kubelet_topology_manager_policy: str = ""
     kubelet_topology_manager_scope: str = ""
     batch_resource_source: Literal["manager", "agent"] = "manager"
+    # the Device object (gate Accelerators, docs/devices.md)
+    xpu_device_infos_dir: Path = Path("/var/run/koordlet/xpu-device-infos")
+    xpu_enforce_collect_from_device_infos: bool = False
+    device_report_empty: bool = False
 
     @field_validator("node_topology_sync_interval_seconds", "node_topology_resync_seconds", mode="before")
     @classmethod
@@ -552,6 +556,23 @@ FLAGS: tuple[Flag, ...] = (
         float,
     ),
     Flag("kubelet-root-dir", "report.kubelet_root", "kubelet root dir (cpu_manager_state checkpoint)"),
+    Flag(
+        "xpu-device-infos-dir",
+        "report.xpu_device_infos_dir",
+        "Accelerators: the directory of device-info files (JSON lists of devices) the Device is built from",
+    ),
+    Flag(
+        "xpu-enforce-collect-from-device-infos",
+        "report.xpu_enforce_collect_from_device_infos",
+        "Accelerators: take devices from the device-info files only, never from NVML",
+        bool,
+    ),
+    Flag(
+        "device-report-empty",
+        "report.device_report_empty",
+        "Accelerators: write a Device with no devices for a node without any (koordlet); default: none",
+        bool,
+    ),
     Flag(
         "disable-query-kubelet-config",
         "report.disable_query_kubelet_config",

@@ -275,6 +275,15 @@ def test_the_psi_rules_add_exactly_their_node_grants(chart: helm.Chart) -> None:
     assert rbac_grants(off) == MINIMAL_RBAC | REPORT_RBAC
 
 
+def test_the_accelerators_gate_adds_exactly_the_device_grants(chart: helm.Chart) -> None:
+    """Gate Accelerators: this node's Device (get, create, update); nothing without the gate."""
+    rendered = render(chart, {"agent": {"featureGates": {"Accelerators": True}}})
+    assert rbac_grants(rendered) - (MINIMAL_RBAC | REPORT_RBAC) == {
+        ("scheduling.koordinator.sh", "devices", v) for v in ("get", "create", "update")
+    }
+    assert rbac_grants(render(chart, {})) == MINIMAL_RBAC | REPORT_RBAC
+
+
 def _docs_rbac_rows() -> list[tuple[set[tuple[str, str, str]], bool]]:
     """docs/deployment.md's RBAC table: (grants of the row, whether the default values make them)."""
     from pathlib import Path
@@ -300,7 +309,7 @@ def test_the_rbac_table_in_the_docs_is_the_chart(chart: helm.Chart, default_rend
     everything = render(
         chart,
         {
-            "agent": {"featureGates": {"PSIInterference": True}},
+            "agent": {"featureGates": {"PSIInterference": True, "Accelerators": True}},
             "report": {"batchResourceSource": "agent"},
         },
     )

@@ -244,7 +244,8 @@ class NRTWriter:
     ) -> None:
         self.client = _Client(client)
         self.node_name = node_name
-        self.path = f"{NRT_PATH}/{node_name}"
+        self.collection = NRT_PATH  # a subclass writes another cluster-scoped kind (kube/device.py)
+        self.path = f"{self.collection}/{node_name}"
         self.attempts = attempts
         self.sleep = sleep
         self.last: dict[str, Any] | None = None  # the object as last read or written
@@ -270,7 +271,7 @@ class NRTWriter:
                     return self._count(WriteOutcome("unchanged", attempt + 1, conflicts))
                 if current is None:
                     try:
-                        written = await self.client.request("POST", NRT_PATH, body=body)
+                        written = await self.client.request("POST", self.collection, body=body)
                     except ApiError as create_exc:
                         if create_exc.status != 409:  # AlreadyExists: someone else made it; update it
                             raise

@@ -10,9 +10,11 @@ from koordqos.config import AgentConfig
 from koordqos.errors import KubeError
 from koordqos.events.bus import EventBus
 from koordqos.kube.client import KubeClient
+from koordqos.kube.device import DeviceWriter
 from koordqos.kube.report import NodeBatchPatcher, NodeMetricWriter, NRTWriter
 from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.topology import CpuTopology
+from koordqos.report.devicereport import DeviceReporter
 from koordqos.report.history import ReportHistory
 from koordqos.report.kubelet import KubeletCPUManager, topology_policy
 from koordqos.report.nrt import NRTDesired
@@ -66,6 +68,7 @@ class Reporters:
     nodemetric: NodeMetricReporter
     topology: TopologyReporter
     batch: BatchCapacityReporter | None = None
+    device: DeviceReporter | None = None  # gate Accelerators
 
     @property
     def components(self) -> list[Any]:
@@ -73,6 +76,8 @@ class Reporters:
         out: list[Any] = [self.nodemetric, self.topology]
         if self.batch is not None:
             out.append(self.batch)
+        if self.device is not None:
+            out.append(self.device)
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -85,6 +90,7 @@ class Reporters:
             "nodeMetric": self.nodemetric.debug_state(),
             "nodeResourceTopology": self.topology.debug_state(),
             "batchResources": None if self.batch is None else _record(self.batch.last),
+            "device": None if self.device is None else self.device.debug_state(),
         }
 
 
@@ -145,4 +151,17 @@ def build_reporters(
         batch = BatchCapacityReporter(
             bus, cfg.node_name, nodemetric, NodeBatchPatcher(client, cfg.node_name), manager_present
         )
-    return Reporters(nodemetric, nrt, batch)
+    device = None
+    if cfg.gate("Accelerators"):
+        device = DeviceReporter(
+            bus,
+            cfg.node_name,
+            paths.sys_root,
+            r.xpu_device_infos_dir,
+            None if client is None else DeviceWriter(client, cfg.node_name),
+            xpu_only=r.xpu_enforce_collect_from_device_infos,
+            report_empty=r.device_report_empty,
+            interval=r.node_topology_sync_interval_seconds,
+            resync=r.node_topology_resync_seconds,
+        )
+    return Reporters(nodemetric, nrt, batch, device)

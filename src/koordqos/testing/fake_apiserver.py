@@ -39,7 +39,11 @@ from aiohttp import web
 from koordqos.testing.fake_objects import make_node, make_nodemetric, make_nodeslo, make_pod
 
 NODESLO_GROUP_PATH = "/apis/slo.koordinator.sh/v1alpha1"
-GROUP_PATHS = ("/apis/slo.koordinator.sh/v1alpha1", "/apis/topology.node.k8s.io/v1alpha1")
+GROUP_PATHS = (
+    "/apis/slo.koordinator.sh/v1alpha1",
+    "/apis/topology.node.k8s.io/v1alpha1",
+    "/apis/scheduling.koordinator.sh/v1alpha1",
+)
 __all__ = ["KINDS", "FakeAPIServer", "Kind", "make_node", "make_nodemetric", "make_nodeslo", "make_pod"]
 
 
@@ -62,6 +66,7 @@ KINDS = {
     "noderesourcetopologies": Kind(
         "noderesourcetopologies", "NodeResourceTopology", "topology.node.k8s.io/v1alpha1", False
     ),
+    "devices": Kind("devices", "Device", "scheduling.koordinator.sh/v1alpha1", False),
     "events": Kind("events", "Event", "v1", True),
 }
 
