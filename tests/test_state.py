@@ -208,6 +208,7 @@ def test_evolve_copies_every_field_and_changes_only_the_given_ones() -> None:
         "last_tick": MetricTick(at=1.0),
         "generation": 99,
         "by_sandbox": Map({"sb2": Map({"d": other_ctr})}),
+        "volume_claims": Map({"default/c": "pv-c"}),
     }
     assert sorted(other) == sorted(f.name for f in fields(NodeState))
     for f in fields(NodeState):

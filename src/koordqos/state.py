@@ -32,6 +32,7 @@ from koordqos.events.types import (
     RuntimeSandboxUpserted,
     RuntimeSynchronized,
     SourceSynced,
+    VolumeClaimsReplaced,
 )
 from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO
@@ -64,6 +65,8 @@ class NodeState:
     generation: int = 0
     # sandbox id -> its containers by id; None until `reduce` first needs it (built from `containers`)
     by_sandbox: ContainerIndex | None = None
+    # bound PersistentVolumeClaims, "namespace/claim" -> PersistentVolume name (the blkio pod volumes)
+    volume_claims: Mapping[str, str] = Map()
 
     def pod_by_name(self, namespace: str, name: str) -> PodInfo | None:
         """Find a pod by namespace/name."""
@@ -167,6 +170,10 @@ def _changes(state: NodeState, event: Event) -> dict[str, Any] | None:
             return {"node": node}
         case NodeSLOUpdated(slo=slo):
             return {"node_slo": slo}
+        case VolumeClaimsReplaced(claims=claims):
+            return (
+                None if dict(claims) == dict(state.volume_claims) else {"volume_claims": Map(claims.items())}
+            )
         case SourceSynced(source=source):
             return None if source in state.synced else {"synced": state.synced | {source}}
         case NRIConnectionChanged(connected=connected):
@@ -200,6 +207,7 @@ def _evolve(s: NodeState, changes: dict[str, Any]) -> NodeState:
     _set(new, "last_tick", get("last_tick", s.last_tick))
     _set(new, "generation", get("generation", s.generation))
     _set(new, "by_sandbox", get("by_sandbox", s.by_sandbox))
+    _set(new, "volume_claims", get("volume_claims", s.volume_claims))
     return new
 
 
@@ -215,6 +223,7 @@ assert _FIELDS == (
     "last_tick",
     "generation",
     "by_sandbox",
+    "volume_claims",
 ), _FIELDS
 
 

@@ -284,6 +284,15 @@ def test_the_accelerators_gate_adds_exactly_the_device_grants(chart: helm.Chart)
     assert rbac_grants(render(chart, {})) == MINIMAL_RBAC | REPORT_RBAC
 
 
+def test_the_blkio_gate_adds_exactly_the_claim_grants(chart: helm.Chart) -> None:
+    """Gate BlkIOReconcile: the PVC watch (persistentvolumeclaims list, watch)."""
+    rendered = render(chart, {"agent": {"featureGates": {"BlkIOReconcile": True}}})
+    assert rbac_grants(rendered) - (MINIMAL_RBAC | REPORT_RBAC) == {
+        ("", "persistentvolumeclaims", "list"),
+        ("", "persistentvolumeclaims", "watch"),
+    }
+
+
 def _docs_rbac_rows() -> list[tuple[set[tuple[str, str, str]], bool]]:
     """docs/deployment.md's RBAC table: (grants of the row, whether the default values make them)."""
     from pathlib import Path
@@ -309,7 +318,9 @@ def test_the_rbac_table_in_the_docs_is_the_chart(chart: helm.Chart, default_rend
     everything = render(
         chart,
         {
-            "agent": {"featureGates": {"PSIInterference": True, "Accelerators": True}},
+            "agent": {
+                "featureGates": {"PSIInterference": True, "Accelerators": True, "BlkIOReconcile": True}
+            },
             "report": {"batchResourceSource": "agent"},
         },
     )

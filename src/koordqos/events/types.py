@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -73,6 +74,13 @@ class NodeSLOUpdated(Event):
     """A valid NodeSLO (already merged with defaults) is in force."""
 
     slo: NodeSLO
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeClaimsReplaced(Event):
+    """The bound PersistentVolumeClaims: `namespace/claim` → PersistentVolume name (blkio pod volumes)."""
+
+    claims: Mapping[str, str]
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,8 +72,13 @@ def cluster_sources(
     )
     node = config.node_name
     nodeslo = NodeSLOSource(bus, node, recorder)
-    return [
+    reflectors = [
         Reflector("pods", conn.get, PODS_PATH, PodSource(bus, node), f"spec.nodeName={node}", settings),
         Reflector("node", conn.get, NODES_PATH, NodeSource(bus, node), f"metadata.name={node}", settings),
         Reflector("nodeslo", conn.get, NODESLOS_PATH, nodeslo, f"metadata.name={node}", settings),
-    ], nodeslo
+    ]
+    if config.gate("BlkIOReconcile"):  # blkio pod volumes that are claims (kube/pvc.py)
+        from koordqos.kube.pvc import PVCS_PATH, VolumeClaimSource
+
+        reflectors.append(Reflector("pvcs", conn.get, PVCS_PATH, VolumeClaimSource(bus), "", settings))
+    return reflectors, nodeslo

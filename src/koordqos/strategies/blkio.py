@@ -326,7 +326,11 @@ class BlkioReconcileStrategy:
         text = executor.read(ROOT_DIR, COST_QOS)
         if text is not None:
             current[(ROOT_DIR, COST_QOS)] = text
-        inp = BlkioInputs(state.node_slo, self.storage(env), state.pods, be_dir, pod_dirs, current)
+        claims: dict[tuple[str, str], str] = {}  # the PVC watch's bindings (kube/pvc.py)
+        for key, volume in state.volume_claims.items():
+            ns, _, claim = key.partition("/")
+            claims[(ns, claim)] = volume
+        inp = BlkioInputs(state.node_slo, self.storage(env), state.pods, be_dir, pod_dirs, current, claims)
         plan = plan_blkio(inp)
         self.last_plan = plan
         for key, msg in plan.problems.items():

@@ -67,6 +67,7 @@ KINDS = {
         "noderesourcetopologies", "NodeResourceTopology", "topology.node.k8s.io/v1alpha1", False
     ),
     "devices": Kind("devices", "Device", "scheduling.koordinator.sh/v1alpha1", False),
+    "persistentvolumeclaims": Kind("persistentvolumeclaims", "PersistentVolumeClaim", "v1", True),
     "events": Kind("events", "Event", "v1", True),
 }
 
