@@ -279,3 +279,31 @@ def test_numa_reservation_reduces_allocatable(tmp_path: Path) -> None:
     cpu = next(r for r in want.zones[0]["resources"] if r["name"] == "cpu")
     assert (cpu["capacity"], cpu["allocatable"], cpu["available"]) == ("4", "3500m", "3500m")
     assert want.labels["node.koordinator.sh/enable-numa-reservation"] == "true"
+
+
+def test_cpu_basic_info_carries_the_l3_cat_mask(tmp_path: Path) -> None:
+    """koordlet's `catL3CbmMask` (resctrl's info/L3/cbm_mask), in its field order; absent without L3 CAT."""
+    inp = inputs(tmp_path, EXAMPLE_PODS)
+    sys_root = tmp_path / "sys"
+    mask = sys_root / "fs/resctrl/info/L3/cbm_mask"
+    mask.parent.mkdir(parents=True)
+    mask.write_text("7FF\n")
+    from dataclasses import replace
+
+    from koordqos.metrics.hardware import read_cat_l3_cbm_mask
+
+    assert read_cat_l3_cbm_mask(sys_root) == "7ff"
+    with_cat = replace(inp, hardware=read_hardware(tmp_path / "proc", sys_root))
+    text = overlay(skeleton("node-a", "4d1c"), desired(with_cat))["metadata"]["annotations"][
+        "node.koordinator.sh/cpu-basic-info"
+    ]
+    assert list(json.loads(text)) == [
+        "cpuModel",
+        "hyperThreadEnabled",
+        "turboEnabled",
+        "catL3CbmMask",
+        "vendorID",
+    ]
+    assert json.loads(text)["catL3CbmMask"] == "7ff"
+    mask.write_text("not hex\n")
+    assert read_cat_l3_cbm_mask(sys_root) == ""

@@ -2,7 +2,8 @@
 
 Reads `<sys-root>/devices/system/node/node<N>/meminfo` ("Node 0 MemTotal:  16375892 kB"), the hugepage
 counts under `node<N>/hugepages/`, `/proc/cpuinfo` (`model name`, `vendor_id`), SMT (`devices/system/cpu/smt/
-active`) and turbo (`devices/system/cpu/intel_pstate/no_turbo`). Missing files give empty values.
+active`), turbo (`devices/system/cpu/intel_pstate/no_turbo`) and the L3 CAT mask
+(`fs/resctrl/info/L3/cbm_mask`). Missing files give empty values.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class CpuBasicInfo:
     vendor_id: str = ""
     hyper_thread_enabled: bool = False
     turbo_enabled: bool = False
+    cat_l3_cbm_mask: str = ""  # resctrl's `info/L3/cbm_mask` (hex), "" without L3 CAT
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +107,14 @@ def read_cpu_basic_info(
     ht = smt.strip() == "1" if smt is not None else threads_per_core > 1
     no_turbo = read_text(cpu_dir / "intel_pstate/no_turbo")
     turbo = no_turbo is not None and no_turbo.strip() == "0"
-    return CpuBasicInfo(model, vendor, ht, turbo)
+    return CpuBasicInfo(model, vendor, ht, turbo, read_cat_l3_cbm_mask(sys_root))
+
+
+def read_cat_l3_cbm_mask(sys_root: Path | str) -> str:
+    """The L3 capacity bitmask resctrl offers (`<sys>/fs/resctrl/info/L3/cbm_mask`, e.g. "7ff"); "" when
+    resctrl is not mounted, the CPU has no L3 CAT, or the file is not hex."""
+    text = (read_text(Path(sys_root) / "fs/resctrl/info/L3/cbm_mask") or "").strip().lower()
+    return text if text and all(c in "0123456789abcdef" for c in text) else ""
 
 
 def read_hardware(proc_root: Path | str, sys_root: Path | str, threads_per_core: int = 1) -> NodeHardware:

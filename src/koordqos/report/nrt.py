@@ -136,6 +136,8 @@ def _cpu_basic_info(hw: NodeHardware) -> str:
         doc["hyperThreadEnabled"] = True
     if info.turbo_enabled:
         doc["turboEnabled"] = True
+    if info.cat_l3_cbm_mask:
+        doc["catL3CbmMask"] = info.cat_l3_cbm_mask
     if info.vendor_id:
         doc["vendorID"] = info.vendor_id
     return _compact(doc)
