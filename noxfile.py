@@ -1,4 +1,5 @@
-"""nox sessions: tests, lint, typecheck, compiled, bench, protos, e2e-runtime, e2e-apiserver."""
+"""nox sessions: tests, lint, typecheck, compiled, bench, protos, e2e-runtime, e2e-apiserver,
+e2e-koordinator."""
 
 from __future__ import annotations
 
@@ -99,9 +100,27 @@ def e2e_apiserver(session: nox.Session) -> None:
         "pytest",
         "tests/apiserver",
         "-m",
-        "e2e_apiserver",
+        "e2e_apiserver and not e2e_koordinator",
         *(session.posargs or ["-q"]),
         env={"KOORDQOS_E2E_APISERVER": "require"},
+    )
+
+
+@nox.session(name="e2e-koordinator", python=PYTHON)
+def e2e_koordinator(session: nox.Session) -> None:
+    """koordqos beside the real Koordinator (v1.8.0): koord-manager consuming koordqos's reports and
+    driving it by its NodeSLO, on the real kube-apiserver; koord-manager built with Go from the module proxy
+    once (about 6 minutes cold) and cached under ~/.cache/koordqos-e2e."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "tests.apiserver.build")
+    session.run("python", "-m", "tests.apiserver.koordinator", "koord-manager")
+    session.run(
+        "pytest",
+        "tests/apiserver",
+        "-m",
+        "e2e_koordinator",
+        *(session.posargs or ["-q"]),
+        env={"KOORDQOS_E2E_APISERVER": "require", "KOORDQOS_E2E_KOORDINATOR": "require"},
     )
 
 
