@@ -773,9 +773,11 @@ class Agent:
                 loop.add_signal_handler(sig, self.stop)
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
-        reporters = self.parts.reporters
-        if reporters is not None and reporters.batch is not None:
-            await reporters.batch.preflight()  # ConfigError (exit 2) when koord-manager owns batch resources
+        try:
+            await self._before_components()
+        except BaseException:
+            await self._close_listeners()
+            raise
         build_kind = describe_build()
         obs.BUILD_INFO.labels(__version__, build_kind).set(1)
         log.info("components starting", components=[c.name for c in self.components], build=build_kind)
@@ -789,6 +791,26 @@ class Agent:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
         log.info("koordqos stopped")
+
+    async def _before_components(self) -> None:
+        """What must hold before any component starts, each failure one line and exit 2 (ConfigError or
+        StartupError): the HTTP address and the proxy socket bound (a taken port exits before anything
+        acts), the kubeconfig loaded, koord-manager not owning the batch resources (`agent` source)."""
+        parts = self.parts
+        if parts.http is not None:
+            await parts.http.bind()
+        if parts.proxy is not None:
+            parts.proxy.bind()
+        reporters = parts.reporters
+        if reporters is not None and reporters.batch is not None:
+            await reporters.batch.preflight()  # ConfigError (exit 2) when koord-manager owns batch resources
+
+    async def _close_listeners(self) -> None:
+        """Undo `_before_components`' binds when the agent stops before its components run."""
+        if self.parts.proxy is not None:
+            self.parts.proxy.unbind()
+        if self.parts.http is not None:
+            await self.parts.http.close()
 
     async def _run_components(self, loop: asyncio.AbstractEventLoop, tasks: list[asyncio.Task[None]]) -> None:
         """Supervise every component until `stop()`, then stop them within the shutdown timeout."""

@@ -4,8 +4,10 @@ the problem and no traceback, or (a controller missing) stays up but unready wit
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,7 +43,7 @@ def _argv(node: SyntheticNode | None, tmp: Path, port: int, **roots: Path) -> li
 
 def _one_line_exit(
     argv: list[str], tmp: Path, needle: str, code: int = 2, within: float = 20.0, only_line: bool = True
-) -> None:
+) -> subprocess.CompletedProcess[str]:
     started = time.monotonic()
     proc = subprocess.run(
         argv, capture_output=True, text=True, timeout=60, env=agent_env(home=tmp), check=False
@@ -57,6 +59,7 @@ def _one_line_exit(
     assert "crashed" not in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert took < within  # interpreter start-up included; no retry loop
+    return proc
 
 
 @pytest.mark.parametrize("which", ["cgroup", "proc", "sys"])
@@ -76,23 +79,76 @@ def test_a_cgroup_root_without_a_hierarchy_exits_2(tmp_path: Path) -> None:
     )
 
 
-def test_http_address_in_use_exits_quickly_with_one_line(tmp_path: Path) -> None:
-    node = SyntheticNode(tmp_path / "node")
+def _cgroup_files(node: SyntheticNode) -> dict[str, str]:
+    """Every cgroup file of the synthetic node and what it holds (links not followed)."""
+    out: dict[str, str] = {}
+    for path in sorted(node.cgroup_root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            out[str(path.relative_to(node.cgroup_root))] = path.read_text()
+    return out
+
+
+def _node_the_agent_acts_on(tmp: Path) -> tuple[SyntheticNode, list[str]]:
+    """A node the agent acts on within its first second once its components run: CPU burst records the node's
+    state, CPU suppress (enabled by the NodeSLO file, local mode) caps the besteffort quota. Returns the
+    node and the NodeSLO flags."""
+    node = SyntheticNode(tmp / "node")
+    slo = tmp / "nodeslo.yaml"
+    slo.write_text(
+        "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata: {name: n}\n"
+        "spec:\n  resourceUsedThresholdWithBE: {enable: true, cpuSuppressThresholdPercent: 65}\n"
+    )
+    return node, ["--nodeslo-file", str(slo)]
+
+
+def test_http_address_in_use_exits_2_before_any_component_starts(tmp_path: Path) -> None:
+    """#32 5f: the HTTP address is bound before any component starts: a taken port is one error line and
+    exit 2, no component started, no cgroup file written (was: every component started, then the HTTP
+    server failed among them)."""
+    node, slo_flags = _node_the_agent_acts_on(tmp_path)
+    before = _cgroup_files(node)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        # the start-up info lines come first (components are being started); then one error line
-        _one_line_exit(
-            _argv(node, tmp_path, port), tmp_path, f"--http-addr 127.0.0.1:{port}", code=2, only_line=False
-        )
+        argv = [*_argv(node, tmp_path, port), *slo_flags]
+        proc = _one_line_exit(argv, tmp_path, f"--http-addr 127.0.0.1:{port}", code=2, only_line=False)
+    assert "components starting" not in proc.stderr
+    assert '"event": "decision"' not in proc.stderr
+    assert _cgroup_files(node) == before
+
+
+def test_a_taken_proxy_socket_exits_2_before_any_component_starts(tmp_path: Path) -> None:
+    """#32 5f: the proxy socket (when enabled) is bound before any component starts: another process
+    serving it is one error line and exit 2 (was: the proxy component crashed and restarted forever)."""
+    node, slo_flags = _node_the_agent_acts_on(tmp_path)
+    before = _cgroup_files(node)
+    short = Path(tempfile.mkdtemp(prefix="kq-", dir="/tmp"))
+    try:
+        path = short / "koordlet.sock"
+        with socket.socket(socket.AF_UNIX) as live:
+            live.bind(str(path))
+            live.listen()
+            argv = [
+                *_argv(node, tmp_path, free_port()),
+                *slo_flags,
+                "--enable-runtime-hooks-proxy",
+                "--runtime-hooks-addr",
+                str(path),
+                "--runtime-hooks-config-path",
+                str(short / "hookserver.d"),
+            ]
+            proc = _one_line_exit(argv, tmp_path, f"another process serves {str(path)!r}", only_line=False)
+        assert "components starting" not in proc.stderr
+        assert _cgroup_files(node) == before
+        assert not (short / "hookserver.d" / "koordlet.json").exists()  # never registered
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 async def test_a_missing_controller_keeps_readyz_503_with_the_reason(tmp_path: Path) -> None:
     node = SyntheticNode(tmp_path / "node")
     for sub in ("memory",):  # a v1 hierarchy without the memory controller
-        import shutil
-
         shutil.rmtree(node.cgroup_root / sub)
     port = free_port()
     argv = [*_argv(node, tmp_path, port), "--feature-gates", "BEMemoryEvict=true"]
