@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -33,7 +32,7 @@ from koordqos.cgroups.roots import check_host_roots, missing_controllers, readin
 from koordqos.component import Component, FunctionComponent, ShutdownStep
 from koordqos.config import AgentConfig, parse_failure_policy
 from koordqos.decisions import DecisionLog
-from koordqos.errors import ConfigError, StartupError
+from koordqos.errors import ConfigError, KubeError, StartupError
 from koordqos.events.bus import EventBus
 from koordqos.hooks import build_runtime_hooks
 from koordqos.hooks.core import HookCore
@@ -45,6 +44,7 @@ from koordqos.kube import KubeConnection, cluster_sources
 from koordqos.kube.eventlimit import RateLimitedRecorder
 from koordqos.kube.events import EventRecorder
 from koordqos.kube.evictor import Evictor
+from koordqos.kube.kubeconfig import check_source, find_source
 from koordqos.kube.local import LocalSources
 from koordqos.kube.nodemark import NodeMarker
 from koordqos.kube.sources import NodeSLOSource
@@ -141,7 +141,8 @@ def build_services(
         # on the running loop when the first reflector connects
         import kubernetes_asyncio.config  # noqa: F401
 
-        kube = KubeConnection(config.kube.kubeconfig)
+        source = find_source(config.kube.kubeconfig, os.environ)
+        kube = KubeConnection.of(source) if source is not None else KubeConnection(config.kube.kubeconfig)
         recorder = RateLimitedRecorder(kube.get, config.node_name)  # one Event per object and reason a minute
     evictor = Evictor(
         decisions,
@@ -219,21 +220,10 @@ def container_demand(cfg: AgentConfig, strategies_on: bool) -> ContainerDemand |
     return needed
 
 
-def cluster_mode_available(cfg: AgentConfig, env: dict[str, str] | None = None) -> bool:
-    """Whether a kubeconfig or an in-cluster service account is present."""
-    import os
-
-    env = dict(os.environ) if env is None else env
-    if cfg.kube.kubeconfig:
-        return True
-    if env.get("KUBECONFIG"):
-        return True
-    if Path(env.get("HOME", "/nonexistent"), ".kube", "config").exists():
-        return True
-    return (
-        bool(env.get("KUBERNETES_SERVICE_HOST"))
-        and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
-    )
+def cluster_mode_available(cfg: AgentConfig, env: Mapping[str, str] | None = None) -> bool:
+    """Whether a kubeconfig (flag, KUBECONFIG, ~/.kube/config) or an in-cluster service account is present
+    (`kube.kubeconfig.find_source`; whether it is usable is checked at start: `check_source`)."""
+    return find_source(cfg.kube.kubeconfig, os.environ if env is None else env) is not None
 
 
 class Supervisor:
@@ -553,6 +543,10 @@ class Agent:
         # unusable host roots: one error line (the CLI's), before anything is logged
         paths = self.config.paths
         check_host_roots(paths.cgroup_root, paths.proc_root, paths.sys_root)
+        if not self.local_mode:  # a kubeconfig that cannot select a cluster: one line, exit 2 (#32 5e)
+            source = find_source(self.config.kube.kubeconfig, os.environ)
+            if source is not None:
+                check_source(source)
         # the first log line announces the mode (before any package logs while it is built)
         log.info(
             "koordqos starting",
@@ -795,12 +789,19 @@ class Agent:
     async def _before_components(self) -> None:
         """What must hold before any component starts, each failure one line and exit 2 (ConfigError or
         StartupError): the HTTP address and the proxy socket bound (a taken port exits before anything
-        acts), the kubeconfig loaded, koord-manager not owning the batch resources (`agent` source)."""
+        acts), the cluster configuration loaded (not retried forever), and koord-manager not owning the
+        batch resources (`--batch-resource-source=agent`)."""
         parts = self.parts
         if parts.http is not None:
             await parts.http.bind()
         if parts.proxy is not None:
             parts.proxy.bind()
+        kube = self._services.kube if self._services is not None else None
+        if kube is not None:
+            try:
+                await kube.get()  # the loader's own failures (exec plugin, certificates, in-cluster files)
+            except KubeError as exc:
+                raise ConfigError(str(exc)) from None
         reporters = parts.reporters
         if reporters is not None and reporters.batch is not None:
             await reporters.batch.preflight()  # ConfigError (exit 2) when koord-manager owns batch resources

@@ -193,3 +193,85 @@ def test_a_controller_link_out_of_the_root_exits_2_naming_it(tmp_path: Path) -> 
         tmp_path,
         f"cgroup controller cpu: {node.cgroup_root / 'cpu'} -> {elsewhere} leads outside the cgroup root",
     )
+
+
+_KUBECONFIG_OK = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("case", "needle"),
+    [
+        ("missing", "{kc}: does not exist"),
+        ("directory", "{kc}: is a directory, not a kubeconfig file"),
+        ("unparsable", "{kc}: not valid YAML at line 2"),
+        ("not-a-mapping", "{kc}: not a kubeconfig"),
+        ("no-current-context", "{kc}: no current-context"),
+        ("unknown-current-context", "{kc}: current-context 'y' is not among its contexts ('x')"),
+        ("cluster-without-server", "{kc}: cluster 'c' has no server"),
+    ],
+)
+@pytest.mark.parametrize("given_by", ["--kubeconfig", "KUBECONFIG", "~/.kube/config"])
+def test_an_unusable_kubeconfig_exits_2_with_one_line(
+    tmp_path: Path, case: str, needle: str, given_by: str
+) -> None:
+    """#32 5e: a kubeconfig that cannot select a cluster is one line and exit 2 before anything starts
+    (was: cluster mode, the reflectors retrying forever, the loader's plain-text lines in the JSON log)."""
+    node = SyntheticNode(tmp_path / "node")
+    home = tmp_path / "home"
+    kc = home / ".kube" / "config" if given_by == "~/.kube/config" else tmp_path / "kubeconfig"
+    kc.parent.mkdir(parents=True, exist_ok=True)
+    if case == "directory":
+        kc.mkdir()
+    elif case == "unparsable":
+        kc.write_text("clusters: [\n")
+    elif case == "not-a-mapping":
+        kc.write_text("- just a list\n")
+    elif case == "no-current-context":
+        kc.write_text(_KUBECONFIG_OK)
+    elif case == "unknown-current-context":
+        kc.write_text(_KUBECONFIG_OK + "current-context: y\n")
+    elif case == "cluster-without-server":
+        kc.write_text(
+            _KUBECONFIG_OK.replace('server: "https://127.0.0.1:1"', "insecure: true") + "current-context: x\n"
+        )
+    if case == "missing" and given_by == "~/.kube/config":
+        kc.symlink_to(tmp_path / "gone")  # a dangling link: found, but does not exist
+    env = agent_env(home=home)
+    argv = _argv(node, tmp_path, free_port())
+    if given_by == "--kubeconfig":
+        argv += ["--kubeconfig", str(kc)]
+        where = f"--kubeconfig {kc}"
+    elif given_by == "KUBECONFIG":
+        env["KUBECONFIG"] = str(kc)
+        where = f"KUBECONFIG {kc}"
+    else:
+        where = f"~/.kube/config ({kc})"
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    [line] = proc.stderr.splitlines()  # before anything is logged: the mode is not even announced
+    assert line.startswith(f"koordqos: error: {needle.format(kc=where)}"), line
+
+
+def test_a_kubeconfig_the_loader_refuses_exits_2_and_every_log_line_is_json(tmp_path: Path) -> None:
+    """#32 5e: what only the loader finds (a client certificate that does not exist) exits 2 too, before any
+    component starts; every line before the error is a JSON object (the loader's stdlib logging included)."""
+    node = SyntheticNode(tmp_path / "node")
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(
+        _KUBECONFIG_OK.replace(
+            "{token: t}", f"{{client-certificate: {tmp_path}/no.crt, client-key: {tmp_path}/no.key}}"
+        )
+        + "current-context: x\n"
+    )
+    argv = [*_argv(node, tmp_path, free_port()), "--kubeconfig", str(kc)]
+    # the agent is built (~4 s of CPU) before the loader runs: a loaded machine's budget, still no retry loop
+    proc = _one_line_exit(argv, tmp_path, f"--kubeconfig {kc}: cannot load: ", within=45, only_line=False)
+    *logged, last = proc.stderr.splitlines()
+    assert last.startswith("koordqos: error: ")
+    assert all(isinstance(json.loads(line), dict) for line in logged), logged
+    assert "components starting" not in proc.stderr
