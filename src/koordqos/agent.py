@@ -34,6 +34,7 @@ from koordqos.config import AgentConfig, parse_failure_policy
 from koordqos.decisions import DecisionLog
 from koordqos.errors import ConfigError, KubeError, StartupError
 from koordqos.events.bus import EventBus
+from koordqos.events.synced import AfterSync, SyncGate
 from koordqos.hooks import build_runtime_hooks
 from koordqos.hooks.core import HookCore
 from koordqos.hooks.reconcile_plan import CLUSTER_POD_SOURCES, LOCAL_POD_SOURCES
@@ -563,11 +564,23 @@ class Agent:
         comps: list[Component] = [FunctionComponent("bus", self.bus.run, essential=True), self.lag]
         if svc.layout.version is CgroupVersion.V1:  # systemd's controller links, looked at again
             comps.append(FunctionComponent("cgroup-controllers", svc.layout.watch_controllers))
-        self.components = comps + self.parts.components()
+        self.components = comps + self._after_sync(self.parts.components())
         # Start-up leaves ~80k long-lived objects (imports, models); a full collection of them costs 50-90 ms
         # on the loop. Freezing them once keeps every later GC pass short (bench/watch.py --gc-freeze).
         gc.collect()
         gc.freeze()
+
+    def _after_sync(self, components: list[Component]) -> list[Component]:
+        """The QoS strategies and the reconciler start once pods, Node and NodeSLO have synced once (#32 5e;
+        koordlet waits for its states informer): nothing they write comes from a partial view. Only with the
+        agent's own sources (the `kube` package); without them whoever drives the bus is the source."""
+        if "kube" not in self.packages:
+            return components
+        acting = {id(c) for c in (self.parts.qos_manager, self.parts.reconciler) if c is not None}
+        if not acting:
+            return components
+        gate = SyncGate(self.bus, READY_SOURCES, self.status)
+        return [AfterSync(c, gate) if id(c) in acting else c for c in components]
 
     def _build_parts(self, svc: Services) -> Parts:
         cfg, on = self.config, self.packages
