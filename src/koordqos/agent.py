@@ -35,6 +35,7 @@ from koordqos.decisions import DecisionLog
 from koordqos.errors import ConfigError, KubeError, StartupError
 from koordqos.events.bus import EventBus
 from koordqos.events.synced import AfterSync, SyncGate
+from koordqos.features import inert_gates
 from koordqos.hooks import build_runtime_hooks
 from koordqos.hooks.core import HookCore
 from koordqos.hooks.reconcile_plan import CLUSTER_POD_SOURCES, LOCAL_POD_SOURCES
@@ -556,6 +557,13 @@ class Agent:
             dry_run=self.config.dry_run,
             event_loop="asyncio" if loop_factory(self.config.event_loop) is None else "uvloop",
         )
+        not_implemented, not_acted_on = inert_gates(self.config.feature_gates)
+        if not_implemented or not_acted_on:  # accepted (a koordlet DaemonSet's gates start koordqos), inert
+            log.warning(
+                "feature gates on that koordqos does not act on; they change nothing",
+                not_implemented=not_implemented,
+                not_acted_on_yet=not_acted_on,
+            )
         svc = build_services(self.config, self.local_mode, self.bus, self.decisions, self.status)
         self._services = svc
         if svc.kube is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from koordqos.testing.agentproc import agent_argv, agent_env, free_port
+from koordqos.testing.agentproc import agent_argv, agent_env, free_port, wait_for_http
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
 
@@ -275,3 +275,55 @@ def test_a_kubeconfig_the_loader_refuses_exits_2_and_every_log_line_is_json(tmp_
     assert last.startswith("koordqos: error: ")
     assert all(isinstance(json.loads(line), dict) for line in logged), logged
     assert "components starting" not in proc.stderr
+
+
+async def test_a_koordlet_daemonsets_arguments_start_the_agent(tmp_path: Path) -> None:
+    """#32 6: the koordlet chart's arguments (its cgroup root and address pointed at this test's) start the
+    agent: koordlet's names and Go's flag syntax, the inert gate the chart turns on (Accelerators) and a
+    koordlet flag without effect each warned about once, klog's --v=4 logging at debug."""
+    node = SyntheticNode(tmp_path / "node")
+    port = free_port()
+    argv = agent_argv(
+        f"-addr=127.0.0.1:{port}",
+        f"-cgroup-root-dir={node.cgroup_root}/",
+        "-feature-gates=BECPUEvict=true,BEMemoryEvict=true,CgroupReconcile=true,Accelerators=true",
+        "-runtime-hooks-host-endpoint=/var/run/koordlet/koordlet.sock",
+        "--logtostderr=true",
+        "--v=4",
+        "-enable-pprof",
+        f"-proc-root-dir={node.proc_root}",
+        f"-sys-root-dir={node.sys_root}",
+        f"-var-run-root-dir={tmp_path}",
+        "--log-format=json",
+    )
+    log_path = tmp_path / "agent.log"
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=log_file, env=agent_env(home=tmp_path)
+        )
+        try:
+            await wait_for_http(f"http://127.0.0.1:{port}/readyz", 200, timeout=60)
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=15) == 0
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    gates = [
+        line for line in lines if line["event"].startswith("feature gates on that koordqos does not act")
+    ]
+    assert [(g["not_implemented"], g["not_acted_on_yet"], g["level"]) for g in gates] == [
+        ([], ["Accelerators"], "warning")
+    ]
+    flags = [line for line in lines if line["event"] == "koordlet flags with no effect in koordqos"]
+    assert [f["flags"] for f in flags] == [["-enable-pprof=true"]]
+    assert any(line["level"] == "debug" for line in lines)
+    nri = [line for line in lines if line["event"] == "NRI runtime socket unavailable"]
+    assert nri
+    assert nri[0]["socket"] == str(tmp_path / "nri" / "nri.sock")  # -var-run-root-dir + nri/nri.sock
+    started = [line for line in lines if line["event"] == "qos manager started"]
+    assert "BECPUSuppress" in started[0]["enabled"]  # strategies log under their gate names
+
+
+def test_an_unknown_feature_gate_exits_2_with_did_you_mean(tmp_path: Path) -> None:
+    node = SyntheticNode(tmp_path / "node")
+    argv = [*_argv(node, tmp_path, free_port()), "-feature-gates=CPUSuppress=true"]
+    _one_line_exit(argv, tmp_path, "unknown feature gate 'CPUSuppress' (did you mean 'BECPUSuppress'?)")
