@@ -580,11 +580,16 @@ class Agent:
 
     def _after_sync(self, components: list[Component]) -> list[Component]:
         """The QoS strategies and the reconciler start once pods, Node and NodeSLO have synced once (#32 5e;
-        koordlet waits for its states informer): nothing they write comes from a partial view. Only with the
+        koordlet waits for its states informer): nothing they write comes from a partial view; with
+        `--runtime-hooks-wait-for-sync` the NRI plugin and the proxy too (koordlet's order). Only with the
         agent's own sources (the `kube` package); without them whoever drives the bus is the source."""
         if "kube" not in self.packages:
             return components
-        acting = {id(c) for c in (self.parts.qos_manager, self.parts.reconciler) if c is not None}
+        parts = self.parts
+        gated: list[Component | None] = [parts.qos_manager, parts.reconciler]
+        if self.config.hooks.wait_for_sync:
+            gated += [parts.nri, parts.proxy]
+        acting = {id(c) for c in gated if c is not None}
         if not acting:
             return components
         gate = SyncGate(self.bus, READY_SOURCES, self.status)

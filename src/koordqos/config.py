@@ -122,6 +122,9 @@ class HookSettings(_Group):
     proxy_max_message_bytes: int = Field(4 << 20, ge=1024)
     disable_unset_cpu_quota: bool = False
     disable_stages: tuple[str, ...] = ()
+    # koordlet serves NRI and the proxy only once its states informer synced; koordqos answers the runtime
+    # from the start (project decision, docs/security.md "Start-up"); true: koordlet's order
+    wait_for_sync: bool = False
 
     @field_validator("reconcile_interval_seconds", mode="before")
     @classmethod
@@ -470,6 +473,12 @@ FLAGS: tuple[Flag, ...] = (
         "runtime-hooks-disable-stages",
         "hooks.disable_stages",
         "proxy mode: stages left out of the runtime-proxy registration, comma-separated",
+    ),
+    Flag(
+        "runtime-hooks-wait-for-sync",
+        "hooks.wait_for_sync",
+        "serve NRI and the proxy only once pods, Node and NodeSLO synced (koordlet); default: from the start",
+        bool,
     ),
     Flag(
         "disable-unset-cpu-quota",
