@@ -163,7 +163,7 @@ def build_services(
         layout=layout,
         executor=executor,
         host=host,
-        reader=CgroupReader(layout),
+        reader=CgroupReader(layout, dry_run_files=executor.dry_run_files),
         topology=read_topology(paths.sys_root),
         metric_store=MetricStore(config.metrics.retention_seconds, config.metrics.collect_interval_seconds),
         kube=kube,
@@ -617,6 +617,7 @@ class Agent:
                     node_name=cfg.node_name,
                     proc_root=cfg.paths.proc_root,
                     interval=cfg.metrics.collect_interval_seconds,
+                    hybrid_pods=cfg.psi.hybrid_pods,
                 )
         if "kube" in on:
             if svc.kube is None:

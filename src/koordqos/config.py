@@ -150,6 +150,9 @@ class QoSSettings(_Group):
     # the BE quota steady at short intervals; 0 and 0 give koordlet's last-sample, 1 %-bypass behaviour.
     cpu_suppress_usage_window_seconds: float = Field(5.0, ge=0)
     cpu_suppress_hysteresis_percent: float = Field(5.0, ge=0, le=100)
+    # Project decision (docs/cpu-suppress-stability.md): no round while a running BE pod waits (at most this
+    # many collect intervals) for its first CPU sample; 0 gives koordlet's split (its CPU as system usage).
+    cpu_suppress_new_pod_wait_rounds: int = Field(3, ge=0)
     cpu_evict_interval_seconds: float = 1.0
     memory_evict_interval_seconds: float = 1.0
     memory_evict_cool_time_seconds: float = 4.0
@@ -209,6 +212,9 @@ class PSISettings(_Group):
     memory: PSIRuleSettings = PSIRuleSettings()
     condition_type: str = "KoordQoSInterference"
     taint_key: str = "koordqos.io/interference"
+    # cgroup v1 with a unified hierarchy (hybrid): pod and container PSI from `unified/` (project decision);
+    # false: koordlet's, pod PSI on cgroup v2 only
+    hybrid_pods: bool = True
 
 
 class MetricsSettings(_Group):
@@ -399,6 +405,12 @@ FLAGS: tuple[Flag, ...] = (
         "cgroupfs driver: look for CRI-O containers in <id> (koordlet) instead of crio-<id> (CRI-O's name)",
         bool,
     ),
+    Flag(
+        "psi-hybrid-pods",
+        "psi.hybrid_pods",
+        "cgroup v1 + unified (hybrid): read pod and container PSI from unified/ (false: koordlet's, v2 only)",
+        bool,
+    ),
     Flag("nri-socket", "nri.socket", "NRI runtime socket"),
     Flag("enable-nri", "nri.enabled", "serve runtime hooks over NRI", bool),
     Flag("nri-plugin-name", "nri.plugin_name", "NRI plugin name"),
@@ -501,6 +513,13 @@ FLAGS: tuple[Flag, ...] = (
         "qos.cpu_suppress_hysteresis_percent",
         "CPU suppress: keep the BE quota while the target is within this % of capacity (0: koordlet)",
         float,
+    ),
+    Flag(
+        "cpu-suppress-new-pod-wait-rounds",
+        "qos.cpu_suppress_new_pod_wait_rounds",
+        "CPU suppress: no round while a running BE pod waits (at most this many collect intervals) for "
+        "its first CPU sample (0: koordlet, its CPU counts as system usage)",
+        int,
     ),
     Flag("cpu-evict-interval-seconds", "qos.cpu_evict_interval_seconds", "CPU evict period", float),
     Flag("memory-evict-interval-seconds", "qos.memory_evict_interval_seconds", "memory evict period", float),

@@ -1,4 +1,7 @@
-"""Fixtures for the real-API-server suite: one control plane per session, the chart's RBAC and the CRDs.
+"""Fixtures for the real-API-server suite: one control plane per session, the chart's RBAC and Koordinator's
+own CRDs (config/crd/bases of the Koordinator release, KOORDINATOR_VERSION); the chart's NodeSLO CRD is
+installed too, under a test group of its own (CHART_NODESLO_GROUP), so its schema is checked beside the real
+one.
 
 The suite runs when KOORDQOS_E2E_APISERVER is set (`nox -s e2e-apiserver` sets it): `1` builds what is
 missing and skips with the reason if the binaries cannot be built or started here; `require` fails instead
@@ -19,16 +22,26 @@ from .controlplane import (
     AGENT_NAMESPACE,
     AGENT_SERVICE_ACCOUNT,
     AGENT_USER,
-    CRD_DIR,
     ApiError,
     ControlPlane,
     Unavailable,
     build_binaries,
+    koordinator_crds,
     running_control_plane,
 )
 from .kubeobjects import eventually
 
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "koordqos"
+CHART_NODESLO_GROUP = "chart-test.koordqos.io"  # the chart's NodeSLO CRD, renamed to sit beside the real one
+
+
+def regrouped(crd: dict[str, Any], group: str) -> dict[str, Any]:
+    """A CRD under another API group (its schema unchanged)."""
+    out = {**crd, "metadata": {**crd["metadata"], "name": f"{crd['spec']['names']['plural']}.{group}"}}
+    out["spec"] = {**crd["spec"], "group": group}
+    return out
+
+
 MODE_ENV = "KOORDQOS_E2E_APISERVER"
 
 
@@ -99,6 +112,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     problem = ""
     try:
         binaries = build_binaries(tmp_path_factory.mktemp("go-build"))
+        crds = koordinator_crds()
         cm = running_control_plane(binaries)
         cp = cm.__enter__()
     except Unavailable as exc:
@@ -114,10 +128,10 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         )
         manifests = render_chart()
         cp.chart_role = apply_rbac(cp, manifests)
-        for crd in [m for m in manifests if m["kind"] == "CustomResourceDefinition"]:
+        for crd in crds:
             install_crd(cp, crd)
-        for path in sorted(CRD_DIR.glob("*.yaml")):
-            install_crd(cp, yaml.safe_load(path.read_text()))
+        for crd in [m for m in manifests if m["kind"] == "CustomResourceDefinition"]:
+            install_crd(cp, regrouped(crd, CHART_NODESLO_GROUP))
         yield cp
     finally:
         cm.__exit__(None, None, None)

@@ -34,7 +34,6 @@ from koordqos.testing.agentproc import free_port
 
 HERE = Path(__file__).resolve().parent
 GO_DIR = HERE / "go"
-CRD_DIR = HERE / "crds"
 CACHE_ROOT = Path(os.environ.get("KOORDQOS_E2E_CACHE", "~/.cache/koordqos-e2e")).expanduser()
 # The chart's service account, as rendered with tests/chart's release values.
 AGENT_NAMESPACE = "koordqos-system"
@@ -47,6 +46,54 @@ START_TIMEOUT_SECONDS = 120.0
 
 class Unavailable(Exception):
     """The binaries cannot be built or started here; the message says why (printed as the skip reason)."""
+
+
+#: The Koordinator release whose CRDs (config/crd/bases) the suite installs: the real schemas, not ours.
+KOORDINATOR_MODULE = "github.com/koordinator-sh/koordinator"
+KOORDINATOR_VERSION = "v1.8.0"
+KOORDINATOR_CRDS = (
+    "slo.koordinator.sh_nodeslos.yaml",
+    "slo.koordinator.sh_nodemetrics.yaml",
+    "topology.node.k8s.io_noderesourcetopologies.yaml",
+    "scheduling.koordinator.sh_devices.yaml",
+)
+
+
+def koordinator_module_dir(version: str = KOORDINATOR_VERSION) -> Path:
+    """The Koordinator module's source at `version`, from the Go module cache (downloaded from the Go module
+    proxy once: `go mod download`, about 10 MB)."""
+    go = shutil.which("go")
+    if go is None:
+        raise Unavailable("no go toolchain to fetch Koordinator's CRDs with")
+    try:
+        out = subprocess.run(
+            [go, "mod", "download", "-json", f"{KOORDINATOR_MODULE}@{version}"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            cwd=tempfile.gettempdir(),  # outside any module
+            env={**os.environ, "GOFLAGS": "-mod=mod"},
+        )
+    except subprocess.TimeoutExpired:
+        raise Unavailable(f"go mod download {KOORDINATOR_MODULE}@{version} timed out") from None
+    try:
+        info = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        info = {}
+    if out.returncode != 0 or not info.get("Dir"):
+        why = info.get("Error") or out.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise Unavailable(f"go mod download {KOORDINATOR_MODULE}@{version}: {why}")
+    return Path(info["Dir"])
+
+
+def koordinator_crds(version: str = KOORDINATOR_VERSION) -> list[dict[str, Any]]:
+    """Koordinator's own CustomResourceDefinitions the agent reads and writes (NodeSLO, NodeMetric,
+    NodeResourceTopology, Device), as the release ships them."""
+    import yaml
+
+    bases = koordinator_module_dir(version) / "config" / "crd" / "bases"
+    return [yaml.safe_load((bases / name).read_text()) for name in KOORDINATOR_CRDS]
 
 
 def module_version(module: str) -> str:

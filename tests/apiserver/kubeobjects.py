@@ -193,3 +193,21 @@ def evicted(api: Api, ns: str, pod: str) -> bool:
     """Gone, or terminating (no kubelet confirms the deletion here)."""
     current = try_get(api, f"/api/v1/namespaces/{ns}/pods/{pod}")
     return current is None or "deletionTimestamp" in current["metadata"]
+
+
+def differences(stored: Any, sent: Any, path: str = "") -> list[str]:
+    """Where a stored object differs from what was sent: "pruned <path>", "added <path>", "changed <path>"
+    (an assertion message that says which field the server dropped)."""
+    if isinstance(stored, dict) and isinstance(sent, dict):
+        out = [f"pruned {path}.{k}" for k in sent if k not in stored]
+        out += [f"added {path}.{k}" for k in stored if k not in sent]
+        for k in sent.keys() & stored.keys():
+            out += differences(stored[k], sent[k], f"{path}.{k}")
+        return out
+    if isinstance(stored, list) and isinstance(sent, list) and len(stored) == len(sent):
+        return [
+            d
+            for i, (a, b) in enumerate(zip(stored, sent, strict=True))
+            for d in differences(a, b, f"{path}[{i}]")
+        ]
+    return [] if stored == sent else [f"changed {path}: sent {sent!r}, stored {stored!r}"]

@@ -1,7 +1,6 @@
-"""The CRDs the suite installs behave like Koordinator's on a real server: structural, pruning, status rules.
-
-NodeMetric and NodeResourceTopology come from tests/apiserver/crds (written from the reporting spec), the
-NodeSLO CRD from the chart. The examples are the spec's own (koordinator-reporting.md §1.9, §2.9).
+"""Koordinator's own CRDs (the release's config/crd/bases) on a real server: structural, pruning, status
+rules; and the chart's NodeSLO CRD (installed under a test group beside the real one). The examples are the
+spec's own (koordinator-reporting.md §1.9, §2.9).
 """
 
 from __future__ import annotations
@@ -12,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from .controlplane import Api, ApiError
-from .kubeobjects import NODEMETRIC_PATH, NODESLO_PATH, NRT_PATH, nodeslo, unique
+from .conftest import CHART_NODESLO_GROUP
+from .controlplane import KOORDINATOR_VERSION, Api, ApiError
+from .kubeobjects import NODEMETRIC_PATH, NODESLO_PATH, NRT_PATH, differences, nodeslo, unique
 
 pytestmark = pytest.mark.e2e_apiserver
 
@@ -38,7 +38,6 @@ STATUS_EXAMPLE: dict[str, Any] = {
         "aggregatedSystemUsages": [
             {"duration": "5m0s", "usage": {"avg": {"resources": {"cpu": "1200m", "memory": "3Gi"}}}}
         ],
-        "numaUsages": [{"numaNodeID": 0, "nodeUsage": {"resources": {"cpu": "4", "memory": "6Gi"}}}],
     },
     "podsMetric": [
         {
@@ -53,7 +52,7 @@ STATUS_EXAMPLE: dict[str, Any] = {
     "hostApplicationMetric": [
         {"name": "nginx", "priority": "koord-prod", "qos": "LS", "usage": {"resources": {"cpu": "200m"}}}
     ],
-    "prodReclaimableMetric": {"resource": {}},
+    "prodReclaimableMetric": {"resource": {"resources": {"cpu": "2", "memory": "4Gi"}}},
 }
 
 SPEC = {
@@ -76,6 +75,8 @@ def test_crds_are_structural_and_established(admin: Api) -> None:
         "nodeslos.slo.koordinator.sh",
         "nodemetrics.slo.koordinator.sh",
         "noderesourcetopologies.topology.node.k8s.io",
+        "devices.scheduling.koordinator.sh",
+        f"nodeslos.{CHART_NODESLO_GROUP}",
     ):
         crd = admin.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
         conds = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
@@ -92,7 +93,7 @@ def test_nodemetric_status_round_trip_and_subresource_rules(admin: Api) -> None:
     # status PUT through the subresource: stored exactly as sent (nothing pruned)
     created["status"] = STATUS_EXAMPLE
     stored = admin.put(f"{NODEMETRIC_PATH}/{name}/status", created)
-    assert stored["status"] == STATUS_EXAMPLE
+    assert stored["status"] == STATUS_EXAMPLE, differences(stored["status"], STATUS_EXAMPLE)
     assert admin.get(f"{NODEMETRIC_PATH}/{name}")["status"] == STATUS_EXAMPLE
 
     # a main-resource PUT changes the spec and leaves the status as it was
@@ -115,6 +116,23 @@ def test_nodemetric_status_round_trip_and_subresource_rules(admin: Api) -> None:
     with pytest.raises(ApiError) as conflict:
         admin.put(f"{NODEMETRIC_PATH}/{name}/status", changed)
     assert conflict.value.status == 409
+
+
+def test_koordinators_nodemetric_has_no_numa_usages_or_prod_peak(admin: Api) -> None:
+    """A finding of running against the real CRD: Koordinator's NodeMetric at KOORDINATOR_VERSION has
+    `prodReclaimableMetric` but neither `nodeMetric.numaUsages` nor `prodPeakMetric` (both newer): a status
+    carrying them is stored without them, so nothing may depend on them round-tripping there."""
+    name = unique("nm")
+    obj = admin.create(NODEMETRIC_PATH, nodemetric(name))
+    status = copy.deepcopy(STATUS_EXAMPLE)
+    status["nodeMetric"]["numaUsages"] = [{"numaNodeID": 0, "nodeUsage": {"resources": {"cpu": "4"}}}]
+    status["prodPeakMetric"] = {"resource": {"resources": {"cpu": "3"}}}
+    obj["status"] = status
+    stored = admin.put(f"{NODEMETRIC_PATH}/{name}/status", obj)
+    assert sorted(differences(stored["status"], status)) == [
+        "pruned .nodeMetric.numaUsages",
+        "pruned .prodPeakMetric",
+    ], KOORDINATOR_VERSION
 
 
 def test_nodemetric_prunes_unknown_status_fields(admin: Api) -> None:
@@ -193,17 +211,55 @@ def test_nrt_round_trip_prunes_unknown_and_requires_zones(admin: Api) -> None:
     assert invalid.value.status == 422
 
 
+CHART_NODESLO_PATH = f"/apis/{CHART_NODESLO_GROUP}/v1alpha1/nodeslos"
+
+
 def test_chart_nodeslo_crd_keeps_typed_and_unknown_spec_fields(admin: Api) -> None:
-    """The chart's NodeSLO CRD preserves unknown spec fields (objects from a newer Koordinator stay whole)."""
+    """The chart's NodeSLO CRD (for clusters without Koordinator) preserves unknown spec fields, so objects
+    from a newer Koordinator stay whole, and refuses a wrong type as Koordinator's does."""
     name = unique("slo")
     spec = {
         "resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 65},
         "resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": True, "groupIdentity": -1}}},
         "someFutureStrategy": {"x": 1},
     }
-    stored = admin.create(NODESLO_PATH, nodeslo(name, spec))
+    body = nodeslo(name, spec)
+    body["apiVersion"] = f"{CHART_NODESLO_GROUP}/v1alpha1"
+    stored = admin.create(CHART_NODESLO_PATH, body)
     assert stored["spec"] == spec
-    bad = nodeslo(unique("slo"), {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": "high"}})
-    with pytest.raises(ApiError) as invalid:
-        admin.create(NODESLO_PATH, bad)
-    assert invalid.value.status == 422
+    for path, version in ((CHART_NODESLO_PATH, f"{CHART_NODESLO_GROUP}/v1alpha1"), (NODESLO_PATH, None)):
+        bad = nodeslo(unique("slo"), {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": "high"}})
+        if version:
+            bad["apiVersion"] = version
+        with pytest.raises(ApiError) as invalid:
+            admin.create(path, bad)
+        assert invalid.value.status == 422, path
+
+
+def test_koordinators_nodeslo_crd_stores_every_field_the_agent_reads(admin: Api) -> None:
+    """Koordinator's NodeSLO CRD (KOORDINATOR_VERSION) keeps every field of the agent's NodeSLO model that it
+    knows; what it prunes is a field the real control plane can never send the agent."""
+    name = unique("slo")
+    spec = {
+        "resourceUsedThresholdWithBE": {
+            "enable": True,
+            "cpuSuppressThresholdPercent": 65,
+            "cpuSuppressPolicy": "cpuset",
+            "memoryEvictThresholdPercent": 70,
+            "cpuEvictBESatisfactionLowerPercent": 60,
+            "cpuEvictBESatisfactionUpperPercent": 80,
+            "cpuEvictTimeWindowSeconds": 300,
+        },
+        "cpuBurstStrategy": {"policy": "auto", "cpuBurstPercent": 1000, "sharePoolThresholdPercent": 50},
+        "systemStrategy": {"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150},
+        "resourceQOSStrategy": {
+            "lsClass": {
+                "cpuQOS": {"enable": True, "groupIdentity": 2},
+                "memoryQOS": {"enable": True, "minLimitPercent": 100, "throttlingPercent": 80},
+                "resctrlQOS": {"enable": True, "catRangeStartPercent": 0, "catRangeEndPercent": 100},
+            },
+            "beClass": {"cpuQOS": {"enable": True, "groupIdentity": -1}},
+        },
+    }
+    stored = admin.create(NODESLO_PATH, nodeslo(name, spec))
+    assert stored["spec"] == spec, KOORDINATOR_VERSION

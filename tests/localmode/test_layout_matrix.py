@@ -10,9 +10,10 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,7 +139,17 @@ async def advance_be(node: SyntheticNode, rel: str, stop: asyncio.Event) -> None
 
 
 @contextlib.asynccontextmanager
-async def running(shape: str, driver: CgroupDriver, short_dir: Path) -> AsyncIterator[Node]:
+async def running(
+    shape: str,
+    driver: CgroupDriver,
+    short_dir: Path,
+    nodeslo: dict[str, Any] | None = None,
+    gates: dict[str, bool] | None = None,
+    prepare: Callable[[SyntheticNode], None] | None = None,
+) -> AsyncIterator[Node]:
+    """The agent on a `shape` node with the LS and BE pods running; `nodeslo` (NODESLO by default) in the
+    local NodeSLO file (short_dir/nodeslo.json, which the test may rewrite), `gates` over the defaults,
+    `prepare` run on the node before the agent starts."""
     kw = dict(SHAPES[shape])
     version = kw.pop("version", CgroupVersion.V1)
     node = SyntheticNode(short_dir / "node", version, driver, cpus=4, extensions=EXTENSIONS, **kw)  # type: ignore[arg-type]
@@ -170,8 +181,10 @@ async def running(shape: str, driver: CgroupDriver, short_dir: Path) -> AsyncIte
             node.write(rel, "cpu", "cpu.shares", 2)
         else:
             node.write(rel, "cpu", "cpu.weight", 1)
+    if prepare is not None:
+        prepare(node)
     slo = short_dir / "nodeslo.json"
-    slo.write_text(json.dumps(NODESLO))
+    slo.write_text(json.dumps(NODESLO if nodeslo is None else nodeslo))
     sock = short_dir / "nri.sock"
     runtime = MockRuntime(sock, runtime_name="containerd")
     await runtime.start()
@@ -186,7 +199,7 @@ async def running(shape: str, driver: CgroupDriver, short_dir: Path) -> AsyncIte
             "kube": {"node_name": "matrix-node", "nodeslo_file": str(slo)},
             "hooks": {"reconcile_interval_seconds": 0.5},
             "executor": {"resource_force_update_seconds": 1.0},
-            "feature_gates": {"RdtResctrl": False, "CgroupReconcile": True},
+            "feature_gates": {"RdtResctrl": False, "CgroupReconcile": True, **(gates or {})},
             "report": {"kubelet_cpu_manager_policy": "none"},
         }
     )

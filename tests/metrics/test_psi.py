@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -169,6 +170,109 @@ async def test_v1_reads_the_node_only(tmp_path: Path) -> None:
     assert snap.pods == {}
     assert snap.node["io"].some_ratio == pytest.approx(0.1)
     assert snap.node["io"].full_ratio == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("hybrid_pods", [True, False])
+async def test_hybrid_reads_pods_from_unified(tmp_path: Path, hybrid_pods: bool) -> None:
+    """cgroup v1 + unified (hybrid): the pod's pressure files are in unified/<pod dir> (runc and systemd
+    mirror the pod cgroups there); `hybrid_pods=False` is koordlet's v2-only reading."""
+    node = SyntheticNode(tmp_path, hybrid=True)
+    clock = Clock()
+    bus = EventBus()
+    node.add_pod(LS_POD)
+    await bus.publish(PodUpserted(LS_POD))
+    psi = PSICollector(
+        bus,
+        node.layout,
+        CgroupReader(node.layout),
+        node_name=f"hybrid-{hybrid_pods}",  # series of its own: the gauges are process-wide
+        proc_root=node.proc_root,
+        clock=clock,
+        hybrid_pods=hybrid_pods,
+    )
+    pod_dir = node.layout.pod_dir(LS_POD)
+    ctr_dir = node.layout.container_dir(LS_POD, "containerd://aaa111")
+    node.set_pressure(pod_dir, "cpu", 0, 0)
+    node.set_pressure(ctr_dir, "cpu", 0, 0)
+    assert (node.cgroup_root / "unified" / pod_dir / "cpu.pressure").is_file()
+    await psi.round()
+    clock.now += 1.0
+    node.set_pressure(pod_dir, "cpu", 300_000, 0, avg10=30.0)
+    node.set_pressure(ctr_dir, "cpu", 100_000, 0)
+    snap = await psi.round()
+    if not hybrid_pods:
+        assert snap.pods == {}
+        assert _gauge("hybrid-False", "frontend", "web", LS_POD.uid, "cpu", "avg10", "some") is None
+        return
+    assert snap.pods[LS_POD.uid]["cpu"].some_ratio == pytest.approx(0.3)
+    assert snap.containers["containerd://aaa111"]["cpu"].some_ratio == pytest.approx(0.1)
+    assert _gauge("hybrid-True", "frontend", "web", LS_POD.uid, "cpu", "avg10", "some") == 30.0
+
+
+UNIFIED = Path("/sys/fs/cgroup/unified")
+
+
+def _unified_writable() -> str:
+    if not (UNIFIED / "cgroup.controllers").is_file():
+        return "this host has no hybrid unified hierarchy at /sys/fs/cgroup/unified"
+    if os.geteuid() != 0:
+        return "creating a scratch cgroup in the unified hierarchy needs root"
+    return ""
+
+
+@pytest.mark.skipif(bool(_unified_writable()), reason=_unified_writable() or "runs")
+async def test_pod_cpu_pressure_on_this_kernels_unified_hierarchy_under_a_real_burner() -> None:
+    """The real kernel's pod PSI on a hybrid node: a uniquely named scratch cgroup in this host's unified
+    hierarchy stands for the cgroup root (its `unified/kubepods/...` is the pod's mirror), three burners
+    pinned to one CPU run in the pod's dir, and the collector reads the kernel's cpu.pressure there: the
+    pod's CPU "some" stall is well above zero. The scratch tree is removed afterwards, also on failure."""
+    import secrets
+
+    from koordqos.cgroups.layout import CgroupLayout
+
+    scratch = UNIFIED / f"koordqos-psi-{secrets.token_hex(5)}"
+    layout = CgroupLayout(scratch, CgroupVersion.V1, CgroupDriver.CGROUPFS, hybrid=True)
+    pod_dir = layout.pod_dir(LS_POD)
+    real_pod = scratch / "unified" / pod_dir
+    made: list[Path] = []
+    procs: list[multiprocessing.process.BaseProcess] = []
+    try:
+        d = scratch
+        for part in ("", "unified", *pod_dir.split("/")):
+            d = d / part if part else d
+            d.mkdir()
+            made.append(d)
+        bus = EventBus()
+        await bus.publish(PodUpserted(LS_POD))
+        psi = PSICollector(bus, layout, CgroupReader(layout), node_name="real", proc_root="/proc")
+        await psi.round()
+        ctx = multiprocessing.get_context("fork")
+        cpu = min(os.sched_getaffinity(0))
+        go = ctx.Event()
+        procs = [ctx.Process(target=_pinned_burn_after, args=(cpu, 1.5, go)) for _ in range(3)]
+        for p in procs:
+            p.start()
+            (real_pod / "cgroup.procs").write_text(f"{p.pid}\n")
+        go.set()
+        for p in procs:
+            p.join()
+        snap = await psi.round()
+        ratio = snap.pods[LS_POD.uid]["cpu"].some_ratio
+        assert ratio is not None
+        assert ratio > 0.2, ratio
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        for d in reversed(made):
+            d.rmdir()
+
+
+def _pinned_burn_after(cpu: int, seconds: float, go: Any) -> None:
+    os.sched_setaffinity(0, {cpu})
+    go.wait()
+    _burn(seconds)
 
 
 def _burn(seconds: float) -> None:

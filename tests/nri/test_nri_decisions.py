@@ -112,3 +112,18 @@ async def test_unsolicited_updates_are_decisions_and_dry_run_sends_none(
         assert await plugin.update_containers([update]) == []
         assert len(rt.links[0].update_requests) == 1  # nothing sent
         assert decisions.recent()[-1].dry_run
+
+
+async def test_a_repeated_dry_run_decision_is_recorded_once(tmp_path: Path) -> None:
+    """issue #32 item 5g: nothing is sent in dry-run, so the runtime asks again with the same values (a
+    reconnect's Synchronize, the next UpdateContainer); a real run's reply would have changed them and the
+    repeat would be no decision: a dry-run records it once."""
+    h = nh(tmp_path, dry_run=True)
+    before = len(h.core.decisions)
+    for _ in range(3):
+        ev = NRIUpdateContainer(be_pod(), ctr())
+        await serve(h, ev)
+        assert ev.updates == []  # the runtime gets nothing
+    assert len(h.core.decisions) == before + 1
+    (d,) = h.core.decisions.recent()[before:]
+    assert (d.action, d.dry_run) == ("nri-update", True)

@@ -367,11 +367,17 @@ class HookCore:
     ) -> bool:
         """Record what a reply changes (`old`: the container's values before it), logged at info like every
         decision unless it repeats the one last logged for `target`; False in dry-run (the runtime then gets
-        nothing). `dry`: dry-run as read when the reply was made (a record made later)."""
+        nothing). `dry`: dry-run as read when the reply was made (a record made later).
+
+        In dry-run a repeat is not recorded at all: the runtime kept the container's values because nothing
+        was sent, where after a real run's reply it would hold the new ones and the call would be no decision
+        (a reconnect's Synchronize); so a dry-run records what a real run records, once."""
         dry = self.decisions.dry_run if dry is None else dry
         logged = self._reply_logged
         key = (action, old, new, dry)
         repeated = logged.get(target) == key
+        if repeated and dry:
+            return False
         if not repeated:
             if len(logged) >= REPLY_TARGETS_LOGGED and target not in logged:
                 logged.clear()  # bounded: targets are the runtime's names, of any number

@@ -1,6 +1,11 @@
 """Pressure stall information (PSI): the node's `/proc/pressure/{cpu,memory,io}` and, on cgroup v2, each
 pod's and container's `{cpu,memory,io}.pressure`, read every collect interval (gate `PSICollector`).
 
+On cgroup v1 with a unified hierarchy beside the controllers (hybrid: Ubuntu 20.04, Debian 10 and most
+systemd nodes of that age), runc and systemd mirror every pod and container cgroup in `unified/`, and the
+kernel keeps their pressure files there although no controller is attached: pod PSI is read from
+`unified/<pod dir>` (`hybrid_pods`, a project decision; koordlet reads pod PSI on v2 only).
+
 A pressure file has a `some` line (some task stalled) and, for memory and io (cpu too on kernels ≥ 5.13), a
 `full` line (all non-idle tasks stalled): `some avg10=0.12 avg60=0.05 avg300=0.01 total=123456`. The kernel's
 averages are percentages over 10/60/300 s; `total` is cumulative stall time in µs. Each round gives:
@@ -44,6 +49,7 @@ RESOURCES: Mapping[str, tuple[str, str]] = MappingProxyType(
     {"cpu": ("cpu.pressure", "cpu"), "memory": ("memory.pressure", "mem"), "io": ("io.pressure", "io")}
 )
 PRECISIONS = ("avg10", "avg60", "avg300")
+UNIFIED = "unified"  # hybrid's cgroup v2 hierarchy beside the v1 controllers
 DEGREES = ("some", "full")
 YIELD_AFTER_SECONDS = 0.002
 _MAX_AVG = 100.0
@@ -191,6 +197,7 @@ class PSICollector:
         proc_root: Path | str = "/proc",
         interval: float = 1.0,
         containers: bool = True,
+        hybrid_pods: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.bus = bus
@@ -204,7 +211,12 @@ class PSICollector:
         self._rates = StallRates()
         self._warned: SeenOnce[str] = SeenOnce()
         self._exported: dict[str, list[_Series]] = {}  # pod uid → the series exported for it
-        self._cgroups = layout.version is CgroupVersion.V2  # v1 pod cgroups have no pressure files
+        # where pod pressure files are: v2's one hierarchy, hybrid's unified/; plain v1 has none
+        self._subsystem: str | None = None
+        if layout.version is CgroupVersion.V2:
+            self._subsystem = "cpu"
+        elif layout.hybrid and hybrid_pods:
+            self._subsystem = UNIFIED
         self.rounds = 0
         self.last: PSISnapshot | None = None
 
@@ -228,7 +240,7 @@ class PSICollector:
         pods: dict[str, Stalls] = {}
         containers: dict[str, Stalls] = {}
         exported: dict[str, list[_Series]] = {}
-        if self._cgroups:
+        if self._subsystem is not None:
             since = time.perf_counter()
             for pod in list(self.bus.state.pods.values()):
                 if time.perf_counter() - since >= YIELD_AFTER_SECONDS:
@@ -265,8 +277,9 @@ class PSICollector:
 
     def _read(self, rel: str, key: str, at: float) -> Stalls:
         out: dict[str, Stall] = {}
+        subsystem = self._subsystem or "cpu"
         for resource, (name, _label) in RESOURCES.items():
-            pressure = parse_pressure(self.reader.read_bytes(rel, "cpu", name))
+            pressure = parse_pressure(self.reader.read_bytes(rel, subsystem, name))
             if pressure is not None:
                 out[resource] = self._rates.stall(f"{key}:{resource}", pressure, at)
         return MappingProxyType(out)

@@ -179,7 +179,7 @@ class PSIInterferenceStrategy:
                 env.decisions.record(
                     NAME, target, "tighten", old.tighten_milli, new.tighten_milli, reason, dry_run=preview
                 )
-                if not preview:
+                if not cfg.preview:  # a dry-run plans CPU suppress tightened too: its writes are dry-run
                     env.tightening.milli = self._tightening()
                 self._event(state, env, "Warning", EVENT_REASON, reason, preview)
             elif action is Action.MARK:
@@ -193,10 +193,10 @@ class PSIInterferenceStrategy:
                 await self._evict(state, env, rule.resource, reason, preview)
             elif action is Action.RESTORE:
                 env.decisions.record(NAME, target, "restore", int(old.rung), 0, reason, dry_run=preview)
-                if not preview:
+                if not cfg.preview:
                     env.tightening.milli = self._tightening()
-                    if not self._marked_by_other(rule):
-                        self.mark_wanted, self._mark_reason = False, reason
+                if not preview and not self._marked_by_other(rule):
+                    self.mark_wanted, self._mark_reason = False, reason
                 self._event(state, env, "Normal", EVENT_REASON_RESTORED, reason, preview)
 
     async def _sync_mark(self, env: StrategyEnv) -> None:

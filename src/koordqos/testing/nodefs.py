@@ -354,8 +354,8 @@ class SyntheticNode:
     def set_pressure(
         self, rel: str | None, resource: str, some_us: int, full_us: int | None = None, avg10: float = 0.0
     ) -> None:
-        """A PSI file: the node's `<proc>/pressure/<resource>` (rel None) or a v2 cgroup's
-        `<resource>.pressure`, with cumulative stall totals in µs (the averages all `avg10`)."""
+        """A PSI file: the node's `<proc>/pressure/<resource>` (rel None) or a cgroup's `<resource>.pressure`
+        (v2: in the hierarchy; hybrid: in `unified/`), cumulative stall totals in µs (averages `avg10`)."""
         avgs = f"avg10={avg10:.2f} avg60={avg10:.2f} avg300={avg10:.2f}"
         text = f"some {avgs} total={some_us}\n"
         if full_us is not None:
@@ -363,6 +363,10 @@ class SyntheticNode:
         if rel is None:
             (self.proc_root / "pressure").mkdir(parents=True, exist_ok=True)
             overwrite(self.proc_root / "pressure" / resource, text)
+        elif self.hybrid:
+            d = self.cgroup_root / "unified" / rel
+            d.mkdir(parents=True, exist_ok=True)
+            overwrite(d / f"{resource}.pressure", text)
         else:
             overwrite(self.path(rel, "cpu", f"{resource}.pressure"), text)
 
