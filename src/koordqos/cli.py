@@ -49,7 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        given, ignored = koordlet_terms(sys.argv[1:] if argv is None else argv)
+    except ConfigError as exc:
+        print(f"koordqos: error: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(given)
     try:
         if args.command == "version":
             from koordqos.build import describe
@@ -70,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(options_from_args(args))
         if args.command == "report":
             return report_once(args)
-        return run_agent(args)
+        return run_agent(args, ignored)
     except KoordQoSError as exc:
         print(f"koordqos: error: {exc}", file=sys.stderr)
         return 2
@@ -119,8 +124,22 @@ def report_once(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_agent(args: argparse.Namespace) -> int:
+def koordlet_terms(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """`run` and `report` arguments as koordlet's DaemonSet writes them, in koordqos's terms
+    (`koordletargs.translate`), and the koordlet flags given that have no effect."""
+    from koordqos.config import FLAGS
+    from koordqos.koordletargs import translate
+
+    if not argv or argv[0] not in ("run", "report"):
+        return list(argv), []
+    done = translate(argv[1:], {f.name for f in FLAGS})
+    return [argv[0], *done.argv], done.ignored
+
+
+def run_agent(args: argparse.Namespace, ignored: Sequence[str] = ()) -> int:
     """Load config, set up logging, run the agent until SIGTERM/SIGINT."""
+    import structlog
+
     from koordqos.agent import Agent, loop_factory
     from koordqos.agent import run as run_on_loop
     from koordqos.logging import configure_logging
@@ -130,6 +149,10 @@ def run_agent(args: argparse.Namespace) -> int:
     configure_logging(cfg.log.format, cfg.log.level)
     agent = Agent(cfg)
     agent.build()
+    if ignored:  # accepted so a koordlet DaemonSet's arguments start koordqos; listed once
+        structlog.get_logger("koordqos.cli").warning(
+            "koordlet flags with no effect in koordqos", flags=list(ignored)
+        )
     run_on_loop(agent)
     return 0
 

@@ -32,7 +32,7 @@ from koordqos.strategies.framework import INVALID_CONFIG, StrategyEnv
 if TYPE_CHECKING:
     from koordqos.config import AgentConfig
 
-NAME = "BlkioReconcile"
+NAME = "BlkIOReconcile"  # its koordlet gate (koordlet's strategy: BlkioReconcile)
 REASON = "UpdateBlkio"
 DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
 
