@@ -9,8 +9,11 @@ Field semantics follow Go's `slo.koordinator.sh/v1alpha1` types: every scalar is
 2. for the LSR, LS and BE classes, a `cpuQOS` / `memoryQOS` / `resctrlQOS` with `enable: false` has its values
    replaced by the "None" template (enable stays false), so a disabled class never carries active values.
 
-`parse_nodeslo(doc)` does both and raises `ModelError` naming the first bad field; `default_nodeslo()` is the
-merge of an empty spec (what the agent uses when no NodeSLO object exists).
+`parse_nodeslo(doc)` does both and raises `ModelError` naming the first bad field (types only: the strict
+parser of tests and tools); `default_nodeslo()` is the merge of an empty spec (what the agent uses when no
+NodeSLO object exists). What the agent applies and `config validate` reports goes through
+`koordqos.model.nodeslo_validate.validate_nodeslo` (types, ranges, apiVersion/kind; an invalid field keeps its
+last valid value).
 """
 
 from __future__ import annotations
@@ -40,9 +43,10 @@ CPUPolicy = Literal["", "groupIdentity", "coreSched"]
 NetQOSPolicy = Literal["", "tc", "terway-qos"]
 MemoryQOSPolicy = Literal["", "default", "none", "auto"]
 
-# Value ranges of koordinator's `validate` tags, as JSON-schema keywords on the fields. Advisory: the agent
-# parses out-of-range values as koordlet does (its strategies check them at run time and skip the round);
-# `config validate` reports them as errors (koordqos.model.lint).
+# Value ranges of Koordinator's NodeSLO CRD (percent fields 0-100, the CPU QoS values), as JSON-schema
+# keywords on the fields. `parse_nodeslo` checks types only; `validate_nodeslo` (koordqos.model.
+# nodeslo_validate), which both the agent and `config validate` use, rejects a value outside its range and
+# keeps the field's last valid value (docs/nodeslo-validation.md).
 PERCENT: dict[str, Any] = {"minimum": 0, "maximum": 100}
 NON_NEGATIVE: dict[str, Any] = {"minimum": 0}
 
@@ -118,17 +122,19 @@ class MemoryQOS(_Spec):
     """Per-class memory QoS knobs (percent values of the request/limit, Anolis memcg files)."""
 
     enable: bool | None = None
-    min_limit_percent: int | None = Field(None, alias="minLimitPercent")
-    low_limit_percent: int | None = Field(None, alias="lowLimitPercent")
-    throttling_percent: int | None = Field(None, alias="throttlingPercent")
-    wmark_ratio: int | None = Field(None, alias="wmarkRatio")
+    min_limit_percent: int | None = Field(None, alias="minLimitPercent", json_schema_extra=PERCENT)
+    low_limit_percent: int | None = Field(None, alias="lowLimitPercent", json_schema_extra=PERCENT)
+    throttling_percent: int | None = Field(None, alias="throttlingPercent", json_schema_extra=PERCENT)
+    wmark_ratio: int | None = Field(None, alias="wmarkRatio", json_schema_extra=PERCENT)
     wmark_scale_permill: int | None = Field(None, alias="wmarkScalePermill")
     wmark_min_adj: int | None = Field(None, alias="wmarkMinAdj")
     priority_enable: int | None = Field(None, alias="priorityEnable")
     priority: int | None = None
     oom_kill_group: int | None = Field(None, alias="oomKillGroup")
     page_cache_limit_size: IntOrString | None = Field(None, alias="pageCacheLimitSize")
-    page_cache_limit_percent: int | None = Field(None, alias="pageCacheLimitPercent")
+    page_cache_limit_percent: int | None = Field(
+        None, alias="pageCacheLimitPercent", json_schema_extra=PERCENT
+    )
     page_cache_reclaim_sync: bool | None = Field(None, alias="pageCacheReclaimSync")
     page_cache_enable: bool | None = Field(None, alias="pageCacheEnable")
 
@@ -137,9 +143,10 @@ class ResctrlQOS(_Spec):
     """Per-class L3 cache way range and memory bandwidth percent."""
 
     enable: bool | None = None
-    cat_range_start_percent: int | None = Field(None, alias="catRangeStartPercent")
-    cat_range_end_percent: int | None = Field(None, alias="catRangeEndPercent")
-    mba_percent: int | None = Field(None, alias="mbaPercent")
+    # and start < end (validate_nodeslo: an empty way range has no mask)
+    cat_range_start_percent: int | None = Field(None, alias="catRangeStartPercent", json_schema_extra=PERCENT)
+    cat_range_end_percent: int | None = Field(None, alias="catRangeEndPercent", json_schema_extra=PERCENT)
+    mba_percent: int | None = Field(None, alias="mbaPercent", json_schema_extra=PERCENT)
 
 
 class IOCfg(_Spec):
@@ -149,11 +156,13 @@ class IOCfg(_Spec):
     write_iops: int | None = Field(None, alias="writeIOPS")
     read_bps: int | None = Field(None, alias="readBPS")
     write_bps: int | None = Field(None, alias="writeBPS")
-    io_weight_percent: int | None = Field(None, alias="ioWeightPercent")
+    io_weight_percent: int | None = Field(
+        None, alias="ioWeightPercent", json_schema_extra={"minimum": 1, "maximum": 100}
+    )
     read_latency: int | None = Field(None, alias="readLatency")
     write_latency: int | None = Field(None, alias="writeLatency")
-    read_latency_percent: int | None = Field(None, alias="readLatencyPercent")
-    write_latency_percent: int | None = Field(None, alias="writeLatencyPercent")
+    read_latency_percent: int | None = Field(None, alias="readLatencyPercent", json_schema_extra=PERCENT)
+    write_latency_percent: int | None = Field(None, alias="writeLatencyPercent", json_schema_extra=PERCENT)
     enable_user_model: bool | None = Field(None, alias="enableUserModel")
     model_read_bps: int | None = Field(None, alias="modelReadBPS")
     model_write_bps: int | None = Field(None, alias="modelWriteBPS")
@@ -392,7 +401,7 @@ DEFAULT_SPEC: Mapping[str, Any] = {
     "extensions": {},
 }
 
-_MERGED_KEYS = (
+MERGED_KEYS = (
     "resourceUsedThresholdWithBE",
     "resourceQOSStrategy",
     "cpuBurstStrategy",
@@ -416,7 +425,7 @@ def deep_overlay(base: Any, overlay: Any) -> Any:
     return copy.deepcopy(overlay)
 
 
-def _replace_disabled(qos_strategy: dict[str, Any]) -> None:
+def replace_disabled(qos_strategy: dict[str, Any]) -> None:
     for cls in ("lsrClass", "lsClass", "beClass"):
         conf = qos_strategy.get(cls)
         if not isinstance(conf, dict):
@@ -435,13 +444,13 @@ def _replace_disabled(qos_strategy: dict[str, Any]) -> None:
 def merge_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Raw spec dict → spec dict overlaid onto the defaults (before the None templates are applied)."""
     out: dict[str, Any] = {}
-    for key in _MERGED_KEYS:
+    for key in MERGED_KEYS:
         value = spec.get(key)
         if value is not None and not isinstance(value, Mapping):
             raise ModelError(f"{key}: expected an object (got {_short(value)})")
         out[key] = deep_overlay(DEFAULT_SPEC[key], value)
     for key, value in spec.items():
-        if key not in _MERGED_KEYS:
+        if key not in MERGED_KEYS:
             out[key] = value
     return out
 
@@ -463,6 +472,18 @@ def format_model_error(exc: ValidationError) -> str:
     return "; ".join(lines)
 
 
+def object_metadata(meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The NodeSLO model's metadata fields of an object's `metadata` ({} without one)."""
+    if meta is None:
+        return {}
+    gen = meta.get("generation", 0)
+    return {
+        "name": str(meta.get("name", "")),
+        "resource_version": str(meta.get("resourceVersion", "")),
+        "generation": gen if isinstance(gen, int) and not isinstance(gen, bool) else 0,
+    }
+
+
 def parse_nodeslo(doc: Mapping[str, Any]) -> NodeSLO:
     """Validate a NodeSLO object (or a bare spec), merged with koordlet's defaults; ModelError if invalid."""
     if not isinstance(doc, Mapping):
@@ -474,11 +495,7 @@ def parse_nodeslo(doc: Mapping[str, Any]) -> NodeSLO:
     if not isinstance(spec, Mapping):
         raise ModelError(f"spec: expected an object (got {_short(spec)})")
     merged = merge_spec(spec)
-    if isinstance(meta, Mapping):
-        merged["name"] = str(meta.get("name", ""))
-        merged["resource_version"] = str(meta.get("resourceVersion", ""))
-        gen = meta.get("generation", 0)
-        merged["generation"] = gen if isinstance(gen, int) and not isinstance(gen, bool) else 0
+    merged.update(object_metadata(meta if isinstance(meta, Mapping) else None))
     merged.pop("kind", None)
     merged.pop("apiVersion", None)
     merged.pop("metadata", None)
@@ -486,7 +503,7 @@ def parse_nodeslo(doc: Mapping[str, Any]) -> NodeSLO:
         # validate the overlay first, so a bad value inside a class that the None template is about to
         # replace is still reported (koordlet's json.Unmarshal fails before its merge, too)
         NodeSLO.model_validate(merged)
-        _replace_disabled(merged["resourceQOSStrategy"])
+        replace_disabled(merged["resourceQOSStrategy"])
         return NodeSLO.model_validate(merged)
     except ValidationError as exc:
         raise ModelError(format_model_error(exc)) from None
