@@ -15,7 +15,13 @@ The demo's experiment (`python -m koordqos demo`) built to survive a noisy machi
 Phases: `alone` (LS only), `no-agent` (LS + BE), `hand-set` (LS + BE, the quota fixed by hand at koordlet's
 formula with the LS usage of the round's `alone` phase: capacity × threshold − LS), `agent-1s` (the agent at
 1 s, project defaults), `agent-0.1s` (0.1 s, project defaults), `agent-0.1s-koordlet` (0.1 s,
-`--cpu-suppress-usage-window-seconds=0 --cpu-suppress-hysteresis-percent=0`: koordlet's planner).
+`--cpu-suppress-usage-window-seconds=0 --cpu-suppress-hysteresis-percent=0`: koordlet's planner),
+`agent-psi` (1 s, the PSI rule instead of static suppress: gate PSIInterference, docs/psi.md, with the
+suppress threshold at 100 % so that the quota is what the rule's tightening makes of it).
+
+Every phase also gives the LS pod's CPU stall fraction (the kernel's PSI `some` total over the phase, from
+the pod's cpu.pressure: cgroup v2, or the unified mirror of a hybrid v1 node; none on plain v1) and the PSI
+rule's decisions.
 
 Run as root: `python bench/colocation.py [--rounds 5] [--phase-seconds 12]`; `--out` writes the JSON
 figures and the chart (PNG).
@@ -35,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import machine, parser, percentile, table
-from koordqos.demo.agentproc import AgentProcess, write_nodeslo
+from koordqos.demo.agentproc import GATES, SUPPRESS, AgentProcess, write_nodeslo
 from koordqos.demo.cgtree import CFS_PERIOD, unavailable_reason
 from koordqos.demo.exitguard import ExitGuard, Interrupted
 from koordqos.demo.nripods import demo_pods
@@ -45,10 +51,11 @@ from koordqos.testing.mock_nri.runtime import MockRuntime
 
 THRESHOLD = 65
 KOORDLET_FLAGS = ("--cpu-suppress-usage-window-seconds", "0", "--cpu-suppress-hysteresis-percent", "0")
-AGENTS = {  # phase → (interval, extra flags)
-    "agent-1s": (1.0, ()),
-    "agent-0.1s": (0.1, ()),
-    "agent-0.1s-koordlet": (0.1, KOORDLET_FLAGS),
+AGENTS = {  # phase → (interval, extra flags, suppress threshold %)
+    "agent-1s": (1.0, (), THRESHOLD),
+    "agent-0.1s": (0.1, (), THRESHOLD),
+    "agent-0.1s-koordlet": (0.1, KOORDLET_FLAGS, THRESHOLD),
+    "agent-psi": (1.0, (f"--feature-gates={GATES},PSIInterference=true",), 100),
 }
 PHASES = ("alone", "no-agent", "hand-set", *AGENTS)
 
@@ -67,6 +74,8 @@ class PhaseRun:
     quota_writes: int = 0
     agent_cores: float | None = None
     loadavg: float = 0.0
+    ls_stall: float | None = None  # the LS pod's CPU "some" stall fraction over the phase (PSI)
+    psi_actions: int = 0  # the PSI rule's decisions in the phase
 
     def figures(self) -> dict[str, Any]:
         return {
@@ -84,6 +93,8 @@ class PhaseRun:
             "quota_writes": self.quota_writes,
             "agent_cores": None if self.agent_cores is None else round(self.agent_cores, 4),
             "loadavg1": self.loadavg,
+            "ls_stall": None if self.ls_stall is None else round(self.ls_stall, 4),
+            "psi_actions": self.psi_actions,
         }
 
 
@@ -103,9 +114,9 @@ class Bench:
         self.alone_ls: float | None = None
 
     async def start_agents(self) -> None:
-        for phase, (interval, extra) in AGENTS.items():
+        for phase, (interval, extra, threshold) in AGENTS.items():
             spec = self.node.agent_spec(interval, name=phase, extra_args=extra)
-            write_nodeslo(spec.nodeslo_file, THRESHOLD)
+            write_nodeslo(spec.nodeslo_file, threshold)
             runtime = MockRuntime(spec.nri_socket, runtime_name="containerd")
             runtime.pods, runtime.containers = demo_pods(self.args.ls_request_milli)
             await runtime.start()
@@ -134,12 +145,13 @@ class Bench:
         node.set_be_quota(self.hand_set_quota() if phase == "hand-set" else -1)
         agent = self.agents.get(phase)
         if agent is not None:
-            await agent.new_decisions()  # forget the ones of earlier rounds
+            await agent.new_decisions((SUPPRESS, "PSIInterference"))  # forget those of earlier rounds
             agent.resume()
         await asyncio.sleep(args.settle)  # transients (burner start, the agent's first rounds) not measured
         run = PhaseRun(phase, rnd, loadavg=os.getloadavg()[0])
         node.drain_latencies()
         ls0, be0, _ = node.read()
+        stall0 = node.ls_cpu_stall_us()
         host0, t0 = host_busy_seconds(), time.monotonic()
         cpu0 = agent.cpu_seconds() if agent is not None else 0.0
         end = t0 + args.phase_seconds
@@ -147,13 +159,16 @@ class Bench:
             await asyncio.sleep(0.1)
             run.quotas.append(node.read()[2])
             if agent is not None:
+                decisions = await agent.new_decisions((SUPPRESS, "PSIInterference"))
                 run.quota_writes += sum(
-                    1
-                    for d in await agent.new_decisions()
-                    if d["action"] == "write" and "quota" in d["target"]
+                    1 for d in decisions if d["action"] == "write" and "quota" in d["target"]
                 )
+                run.psi_actions += sum(1 for d in decisions if d.get("strategy") == "PSIInterference")
         ls1, be1, _ = node.read()
+        stall1 = node.ls_cpu_stall_us()
         dt = time.monotonic() - t0
+        if stall0 is not None and stall1 is not None:
+            run.ls_stall = max(0.0, (stall1 - stall0) / 1e6 / dt)
         run.lat_ms = [s / 1000 for s in node.drain_latencies()]
         run.ls_cores, run.be_cores = (ls1 - ls0) / dt, (be1 - be0) / dt
         scratch = run.ls_cores + run.be_cores
@@ -192,7 +207,8 @@ async def run_bench(args: Any, workdir: Path, guard: ExitGuard) -> list[PhaseRun
                 print(
                     f"round {rnd + 1} {phase:<20} p50 {f['p50_ms']:.2f} p99 {f['p99_ms']:.2f} ms "
                     f"LS {f['ls_cores']:.2f} BE {f['be_cores']:.2f} outside {f['outside_cores']:.2f} cores "
-                    f"quota {f['quota_median']} writes {f['quota_writes']} load {f['loadavg1']:.2f}",
+                    f"quota {f['quota_median']} writes {f['quota_writes']} load {f['loadavg1']:.2f} "
+                    f"LS stall {f['ls_stall']} PSI decisions {f['psi_actions']}",
                     flush=True,
                 )
     finally:
@@ -219,6 +235,10 @@ def summarize(runs: list[PhaseRun]) -> dict[str, Any]:
         phase: {
             k: statistics.median([f[k] for f in fs if f[k] is not None])
             for k in ("p50_ms", "p99_ms", "be_cores", "ls_cores", "outside_cores", "quota_writes", "loadavg1")
+        }
+        | {
+            k: statistics.median(vs) if (vs := [f[k] for f in fs if f[k] is not None]) else None
+            for k in ("ls_stall", "psi_actions")
         }
         | {
             "agent_cores": statistics.median([f["agent_cores"] for f in fs])
@@ -300,6 +320,8 @@ def main() -> int:
                 f"{m['quota_writes']:g}",
                 agent,
                 f"{m['outside_cores']:.2f}",
+                "–" if m["ls_stall"] is None else f"{m['ls_stall'] * 100:.1f} %",
+                f"{m['psi_actions']:g}",
             ]
         )
     print()
@@ -309,7 +331,20 @@ def main() -> int:
     start, end = (" ".join(f"{v:.2f}" for v in load) for load in (load_start, load_end))
     print(f"load average start {start}, end {end}")
     print(
-        table(rows, ["phase", "LS p50 ms", "LS p99 ms", "BE cores", "quota writes", "agent CPU", "outside"])
+        table(
+            rows,
+            [
+                "phase",
+                "LS p50 ms",
+                "LS p99 ms",
+                "BE cores",
+                "quota writes",
+                "agent CPU",
+                "outside",
+                "LS CPU stall",
+                "PSI rule decisions",
+            ],
+        )
     )
     for k, v in summary["ratios_per_round"].items():
         if k.startswith("agent") or k == "no-agent/alone":

@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ import structlog
 from koordqos import __version__, loopwatch
 from koordqos import observability as obs
 from koordqos.build import describe as describe_build
-from koordqos.cgroups import CgroupExecutor, CgroupLayout, CgroupReader, describe
+from koordqos.cgroups import CgroupExecutor, CgroupLayout, CgroupReader, CgroupVersion, describe
 from koordqos.cgroups.roots import check_host_roots, missing_controllers, readiness_reason
 from koordqos.component import Component, FunctionComponent, ShutdownStep
 from koordqos.config import AgentConfig, parse_failure_policy
@@ -37,6 +37,7 @@ from koordqos.errors import ConfigError, StartupError
 from koordqos.events.bus import EventBus
 from koordqos.hooks import build_runtime_hooks
 from koordqos.hooks.core import HookCore
+from koordqos.hooks.reconcile_plan import CLUSTER_POD_SOURCES, LOCAL_POD_SOURCES
 from koordqos.hooks.reconciler import HookReconciler
 from koordqos.hooks.runtime import RuntimeHooks
 from koordqos.host import HostActuator, PrctlCookieOps
@@ -45,8 +46,10 @@ from koordqos.kube.eventlimit import RateLimitedRecorder
 from koordqos.kube.events import EventRecorder
 from koordqos.kube.evictor import Evictor
 from koordqos.kube.local import LocalSources
+from koordqos.kube.nodemark import NodeMarker
 from koordqos.kube.sources import NodeSLOSource
 from koordqos.metrics.collector import ContainerDemand, MetricsCollector
+from koordqos.metrics.psi import PSICollector
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import CpuTopology, read_topology
 from koordqos.metrics.types import ContainerSeries
@@ -113,6 +116,9 @@ def build_services(
         sys_root=paths.sys_root,
         crio_cgroupfs_bare_ids=paths.crio_cgroupfs_bare_ids,
     )
+    links = layout.resolve_controllers().describe()  # once, at start: ConfigError for a link out of the root
+    if links:
+        log.info("cgroup controllers linked", root=str(layout.root), controllers=links)
     status["cgroups"] = describe(layout)
     executor = CgroupExecutor(
         layout,
@@ -154,7 +160,7 @@ def build_services(
         layout=layout,
         executor=executor,
         host=host,
-        reader=CgroupReader(layout),
+        reader=CgroupReader(layout, dry_run_files=executor.dry_run_files),
         topology=read_topology(paths.sys_root),
         metric_store=MetricStore(config.metrics.retention_seconds, config.metrics.collect_interval_seconds),
         kube=kube,
@@ -170,6 +176,7 @@ class Parts:
     """The components built for the selected packages (None: that package does not run)."""
 
     collector: MetricsCollector | None = None
+    psi: PSICollector | None = None  # gate PSICollector
     local_sources: LocalSources | None = None
     nodeslo_source: NodeSLOSource | None = None
     reflectors: list[Component] = field(default_factory=list)
@@ -183,7 +190,7 @@ class Parts:
     def components(self) -> list[Component]:
         """Everything to supervise, in build order."""
         out: list[Component] = []
-        out += [c for c in (self.collector, self.local_sources) if c is not None]
+        out += [c for c in (self.collector, self.psi, self.local_sources) if c is not None]
         out += self.reflectors
         out += [c for c in (self.qos_manager, self.reconciler) if c]
         out += self.reporters.components if self.reporters is not None else []
@@ -560,6 +567,8 @@ class Agent:
             self.on_shutdown(svc.kube.close)
         self.parts = self._build_parts(svc)
         comps: list[Component] = [FunctionComponent("bus", self.bus.run, essential=True), self.lag]
+        if svc.layout.version is CgroupVersion.V1:  # systemd's controller links, looked at again
+            comps.append(FunctionComponent("cgroup-controllers", svc.layout.watch_controllers))
         self.components = comps + self.parts.components()
         # Start-up leaves ~80k long-lived objects (imports, models); a full collection of them costs 50-90 ms
         # on the loop. Freezing them once keeps every later GC pass short (bench/watch.py --gc-freeze).
@@ -580,6 +589,16 @@ class Agent:
                 interval=cfg.metrics.collect_interval_seconds,
                 container_demand=container_demand(cfg, "strategies" in on),
             )
+            if cfg.gate("PSICollector") or cfg.gate("PSIInterference"):  # the rules read what it collects
+                parts.psi = PSICollector(
+                    svc.bus,
+                    svc.layout,
+                    svc.reader,
+                    node_name=cfg.node_name,
+                    proc_root=cfg.paths.proc_root,
+                    interval=cfg.metrics.collect_interval_seconds,
+                    hybrid_pods=cfg.psi.hybrid_pods,
+                )
         if "kube" in on:
             if svc.kube is None:
                 parts.local_sources = LocalSources(svc.bus, cfg, svc.layout)
@@ -602,6 +621,12 @@ class Agent:
                 topology=svc.topology,
                 evictor=svc.evictor,
                 recorder=svc.recorder,
+                psi=parts.psi,
+                node_marker=(
+                    NodeMarker(svc.kube.get, cfg.node_name)
+                    if svc.kube is not None and cfg.gate("PSIInterference")
+                    else None
+                ),
             )
         hooks_on = "hooks" in on
         if hooks_on:
@@ -611,7 +636,7 @@ class Agent:
         if "nri" in on:
             if cfg.nri.enabled:
                 handler = NRIHooks(svc.hook_core, svc.layout) if hooks_on else no_hooks
-                parts.nri = build_plugin(svc.bus, cfg, handler, svc.status)
+                parts.nri = build_plugin(svc.bus, cfg, handler, svc.status, svc.decisions)
             else:
                 svc.status["nri"] = "disabled"
         if "proxy" in on:
@@ -646,6 +671,15 @@ class Agent:
             svc.kube.get if svc.kube is not None else None,
             on_topology=on_topology,
         )
+        if hooks_on:
+            # the share pools of the state a reconcile pass or the NRI Synchronize plans from
+            nrt = reporters.topology
+
+            def topology_of(state: NodeState) -> Mapping[str, str] | None:
+                want = nrt.desired_for(state)
+                return None if want is None else want.annotations
+
+            hooks.topology_source = topology_of
         svc.status["report"] = reporters
         return reporters
 
@@ -670,6 +704,7 @@ class Agent:
             svc.decisions,
             bus=svc.bus,
             interval=cfg.hooks.reconcile_interval_seconds,
+            pod_sources=LOCAL_POD_SOURCES if svc.local_mode else CLUSTER_POD_SOURCES,
         )
 
     # -- what the HTTP endpoints read (server.http.AgentView) ------------------------------------

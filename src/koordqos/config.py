@@ -136,6 +136,9 @@ class QoSSettings(_Group):
     # the BE quota steady at short intervals; 0 and 0 give koordlet's last-sample, 1 %-bypass behaviour.
     cpu_suppress_usage_window_seconds: float = Field(5.0, ge=0)
     cpu_suppress_hysteresis_percent: float = Field(5.0, ge=0, le=100)
+    # Project decision (docs/cpu-suppress-stability.md): no round while a running BE pod waits (at most this
+    # many collect intervals) for its first CPU sample; 0 gives koordlet's split (its CPU as system usage).
+    cpu_suppress_new_pod_wait_rounds: int = Field(3, ge=0)
     cpu_evict_interval_seconds: float = 1.0
     memory_evict_interval_seconds: float = 1.0
     memory_evict_cool_time_seconds: float = 4.0
@@ -168,6 +171,36 @@ class QoSSettings(_Group):
                 raise ValueError(f"invalid entry {part!r}: expected name=true|false")
             out[name.strip()] = value == "true"
         return out
+
+
+class PSIRuleSettings(_Group):
+    """One PSI interference rule (docs/psi.md): when it engages, how it climbs, when it restores."""
+
+    enabled: bool = True
+    preview: bool = False  # decisions recorded, nothing changed (per rule)
+    pod_threshold: float = Field(0.10, gt=0, le=1)  # an LS/LSR/LSE pod's "some" stall fraction (cgroup v2)
+    node_threshold: float = Field(0.20, gt=0, le=1)  # the node's "some" stall fraction
+    clear_ratio: float = Field(0.5, gt=0, le=1)  # clean below threshold × this (the hysteresis band)
+    trigger_rounds: int = Field(3, ge=1)
+    clear_rounds: int = Field(10, ge=1)
+    cooldown_seconds: float = Field(300.0, ge=0)
+    tighten_step_percent: float = Field(10.0, gt=0, le=100)  # of node CPU, per bad round (cpu rule)
+    mark_after_rounds: int = Field(3, ge=0)
+    evict_after_rounds: int = Field(5, ge=0)
+    be_min_usage: float = Field(0.1, ge=0)  # BE use needed to engage: cores (cpu) or GiB (memory)
+
+
+class PSISettings(_Group):
+    """The PSI interference rules (gate PSIInterference) and how they mark the node."""
+
+    interval_seconds: float = Field(1.0, gt=0)
+    cpu: PSIRuleSettings = PSIRuleSettings()
+    memory: PSIRuleSettings = PSIRuleSettings()
+    condition_type: str = "KoordQoSInterference"
+    taint_key: str = "koordqos.io/interference"
+    # cgroup v1 with a unified hierarchy (hybrid): pod and container PSI from `unified/` (project decision);
+    # false: koordlet's, pod PSI on cgroup v2 only
+    hybrid_pods: bool = True
 
 
 class MetricsSettings(_Group):
@@ -269,6 +302,7 @@ class AgentConfig(_Group):
     nri: NRISettings = NRISettings()
     hooks: HookSettings = HookSettings()
     qos: QoSSettings = QoSSettings()
+    psi: PSISettings = PSISettings()
     metrics: MetricsSettings = MetricsSettings()
     report: ReportSettings = ReportSettings()
     executor: ExecutorSettings = ExecutorSettings()
@@ -322,6 +356,12 @@ FLAGS: tuple[Flag, ...] = (
         "cgroupfs-crio-bare-container-dirs",
         "paths.crio_cgroupfs_bare_ids",
         "cgroupfs driver: look for CRI-O containers in <id> (koordlet) instead of crio-<id> (CRI-O's name)",
+        bool,
+    ),
+    Flag(
+        "psi-hybrid-pods",
+        "psi.hybrid_pods",
+        "cgroup v1 + unified (hybrid): read pod and container PSI from unified/ (false: koordlet's, v2 only)",
         bool,
     ),
     Flag("nri-socket", "nri.socket", "NRI runtime socket"),
@@ -418,6 +458,13 @@ FLAGS: tuple[Flag, ...] = (
         "qos.cpu_suppress_hysteresis_percent",
         "CPU suppress: keep the BE quota while the target is within this % of capacity (0: koordlet)",
         float,
+    ),
+    Flag(
+        "cpu-suppress-new-pod-wait-rounds",
+        "qos.cpu_suppress_new_pod_wait_rounds",
+        "CPU suppress: no round while a running BE pod waits (at most this many collect intervals) for "
+        "its first CPU sample (0: koordlet, its CPU counts as system usage)",
+        int,
     ),
     Flag("cpu-evict-interval-seconds", "qos.cpu_evict_interval_seconds", "CPU evict period", float),
     Flag("memory-evict-interval-seconds", "qos.memory_evict_interval_seconds", "memory evict period", float),

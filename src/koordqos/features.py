@@ -36,6 +36,8 @@ DEFAULT_GATES: Mapping[str, bool] = {
     "OOMScoreAdj": False,
     # others that affect behaviour
     "PerCPUMetric": False,
+    "PSICollector": False,
+    "PSIInterference": False,  # koordqos's own: the PSI interference rules (docs/psi.md)
     "NodeTopologyReport": True,
     "HugePageReport": False,
     "Accelerators": False,
@@ -61,6 +63,8 @@ _ALPHA = {
     "Resctrl",
     "OOMScoreAdj",
     "PerCPUMetric",
+    "PSICollector",
+    "PSIInterference",
     "Accelerators",
     "HugePageReport",
 }

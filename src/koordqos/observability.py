@@ -8,12 +8,22 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 REGISTRY: CollectorRegistry = CollectorRegistry(auto_describe=True)
+# the agent's own CPU, memory and open files (process_*) and Python's version, as every exporter has them
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
 
 
 class LoopHistogramChild:

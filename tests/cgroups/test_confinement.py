@@ -125,7 +125,9 @@ def test_symlinked_root_itself_is_fine(tmp_path: Path) -> None:
     link = tmp_path / "link"
     os.symlink(node.cgroup_root, link)
     layout = CgroupLayout(link, CgroupVersion.V1)
-    assert layout.file_path("kubepods", "cpu.shares") == link / "cpu/kubepods/cpu.shares"
+    # the root is a flag (trusted as given); the controller link beneath it is resolved to its dir
+    assert layout.file_path("kubepods", "cpu.shares") == link / "cpu,cpuacct/kubepods/cpu.shares"
+    assert layout.subsystem_dir("kubepods", "cpuacct") == link / "cpu,cpuacct/kubepods"
 
 
 @settings(max_examples=200, deadline=None)
@@ -194,8 +196,8 @@ def test_check_dir_is_not_cached_a_swap_is_seen_at_the_next_check(tmp_path: Path
         layout.check_dir(pod_dir, "cpu")
     assert refused("symlink") == before + 1
     # the path string itself is only a string: no resolution, so nothing to remember
-    assert layout.subsystem_dir(pod_dir, "cpu") == node.cgroup_root / "cpu" / pod_dir
-    assert layout.file_rel(pod_dir, "cpu.shares") == f"cpu/{pod_dir}/cpu.shares"
+    assert layout.subsystem_dir(pod_dir, "cpu") == node.cgroup_root / "cpu,cpuacct" / pod_dir
+    assert layout.file_rel(pod_dir, "cpu.shares") == f"cpu,cpuacct/{pod_dir}/cpu.shares"
 
 
 def test_pod_threads_are_not_read_through_a_pod_dir_swapped_for_a_symlink(tmp_path: Path) -> None:

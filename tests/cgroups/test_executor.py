@@ -259,7 +259,7 @@ async def test_leveled_order_loosen_down_then_exact_up(
     real = executor_mod.write_file
 
     def spy(path: str, text: str) -> None:
-        order.append((str(Path(path).parent.relative_to(node.cgroup_root / "cpu")), text))
+        order.append((str(Path(path).parent.relative_to(node.cgroup_root / "cpu,cpuacct")), text))
         real(path, text)
 
     monkeypatch.setattr(executor_mod, "write_file", spy)

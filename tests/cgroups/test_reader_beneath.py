@@ -13,9 +13,8 @@ from koordqos.testing.nodefs import SyntheticNode
 
 
 def _swap_for_symlink(node: SyntheticNode, rel: str, target: str) -> None:
-    """Replace `rel`'s dir in every subsystem by a symlink to `target`'s (inside the root)."""
-    subs = ("cpu", "cpuacct", "cpuset", "memory") if node.version is CgroupVersion.V1 else ("",)
-    for sub in subs:
+    """Replace `rel`'s dir in every hierarchy by a symlink to `target`'s (inside the root)."""
+    for sub in node.hierarchies:
         base = node.cgroup_root / sub if sub else node.cgroup_root
         d = base / rel
         for f in d.iterdir():

@@ -261,3 +261,47 @@ def test_service_alone(chart: helm.Chart) -> None:
     rendered = render(chart, {"metrics": {"service": {"enabled": True}}})
     assert len(rendered.of_kind("Service")) == 1
     assert rendered.of_kind("ServiceMonitor") == []
+
+
+def test_the_psi_rules_add_exactly_their_node_grants(chart: helm.Chart) -> None:
+    """Gate PSIInterference: the node condition (nodes/status patch) and the taint (nodes get, patch)."""
+    rendered = render(chart, {"agent": {"featureGates": {"PSIInterference": True}}})
+    assert rbac_grants(rendered) - (MINIMAL_RBAC | REPORT_RBAC) == {
+        ("", "nodes/status", "patch"),
+        ("", "nodes", "get"),
+        ("", "nodes", "patch"),
+    }
+    off = render(chart, {"agent": {"featureGates": {"PSIInterference": False}}})
+    assert rbac_grants(off) == MINIMAL_RBAC | REPORT_RBAC
+
+
+def _docs_rbac_rows() -> list[tuple[set[tuple[str, str, str]], bool]]:
+    """docs/deployment.md's RBAC table: (grants of the row, whether the default values make them)."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "deployment.md").read_text()
+    table = page.split("<!-- rbac-table -->", 1)[1].split("<!-- /rbac-table -->", 1)[0]
+    rows = []
+    for line in table.strip().splitlines()[2:]:
+        group, resource, verbs, default = (c.strip() for c in line.strip("|").split("|")[:4])
+        grants = {(group.strip("`").strip('"'), resource, v.strip()) for v in verbs.split(",")}
+        rows.append((grants, default == "yes"))
+    return rows
+
+
+def test_the_rbac_table_in_the_docs_is_the_chart(chart: helm.Chart, default_render: Rendered) -> None:
+    """Every row of docs/deployment.md's RBAC table is a grant the chart makes, and nothing else: the rows
+    marked default are exactly the default render's grants, all rows together exactly the grants with every
+    feature on."""
+    rows = _docs_rbac_rows()
+    documented_default = set().union(*(g for g, default in rows if default))
+    documented_all = set().union(*(g for g, _ in rows))
+    assert rbac_grants(default_render) == documented_default
+    everything = render(
+        chart,
+        {
+            "agent": {"featureGates": {"PSIInterference": True}},
+            "report": {"batchResourceSource": "agent"},
+        },
+    )
+    assert rbac_grants(everything) == documented_all

@@ -74,6 +74,30 @@ def test_v1_tree_has_kubelet_like_shares_in_every_controller(tmp_path: Path) -> 
     assert tree.cpu_usage_seconds(tree.ls_pod_dir) == pytest.approx(1.5)
 
 
+def test_hybrid_v1_tree_is_mirrored_in_unified_for_the_pods_pressure_files(tmp_path: Path) -> None:
+    """A hybrid node (v1 controllers + systemd's cgroup v2 mount at unified/): the tree is mirrored there,
+    processes join both, the agent gets the mirror as its unified/, and the LS pod's PSI file is there."""
+    root = v1_root(tmp_path)
+    (root / "unified").mkdir()
+    (root / "unified" / "cgroup.controllers").write_text("\n")
+    tree = PodTree(name="koordqos-demo-test", root=root, version=CgroupVersion.V1)
+    assert tree.hybrid
+    tree.create(cpus=2, ls_request_milli=1200)
+    assert (root / "unified" / tree.ls_container_dir).is_dir()
+    assert (root / "unified" / tree.be_container_dir).is_dir()
+    assert tree.procs_files(tree.system_dir)[-1] == root / "unified" / tree.system_dir / "cgroup.procs"
+    assert tree.mount_sources()["unified"] == root / "unified" / tree.name
+    assert tree.pressure_file(tree.ls_pod_dir) == root / "unified" / tree.ls_pod_dir / "cpu.pressure"
+    assert stale_trees(root) == []  # its owner (this process) is alive
+    dead = root / "unified" / "koordqos-demo-1-1-deadbeef"  # a gone demo's tree in the mirror only
+    dead.mkdir()
+    assert stale_trees(root) == [dead.name]
+    (tmp_path / "plain").mkdir()
+    plain = PodTree(name="koordqos-demo-plain", root=v1_root(tmp_path / "plain"))
+    assert not plain.hybrid
+    assert plain.pressure_file(plain.ls_pod_dir) is None
+
+
 def test_v2_tree_delegates_controllers_to_inner_dirs_only(tmp_path: Path) -> None:
     root = v2_root(tmp_path)
     tree = PodTree(name="koordqos-demo-test", root=root, version=CgroupVersion.V2)

@@ -67,6 +67,12 @@ async def test_local_mode_agent_serves_ready_metrics_and_stops_on_sigterm(tmp_pa
             assert resp.status == 200
             assert "koordqos_event_loop_lag_seconds_bucket" in text
             assert "koordqos_ready 1.0" in text
+            # the process's own figures, as every exporter has them (the agent's CPU and memory)
+            rss = [ln for ln in text.splitlines() if ln.startswith("process_resident_memory_bytes ")]
+            assert rss
+            assert float(rss[0].split()[1]) > 10e6, rss
+            assert "process_cpu_seconds_total " in text
+            assert "python_info{" in text
             async with session.get(f"http://127.0.0.1:{port}/debug/state") as resp:
                 state = await resp.json()
             assert state["node"]["name"] == "e2e-node"

@@ -122,3 +122,18 @@ async def test_a_missing_controller_keeps_readyz_503_with_the_reason(tmp_path: P
         proc.terminate()
         proc.wait(timeout=15)
     _ = json  # (json bodies parsed by aiohttp)
+
+
+def test_a_controller_link_out_of_the_root_exits_2_naming_it(tmp_path: Path) -> None:
+    """systemd's `cpu -> cpu,cpuacct` is followed once at start; a link that leads out of the cgroup root is a
+    start-up error, before anything is written."""
+    node = SyntheticNode(tmp_path / "node")
+    elsewhere = tmp_path / "elsewhere"
+    (node.cgroup_root / "cpu,cpuacct").rename(elsewhere)
+    (node.cgroup_root / "cpu").unlink()
+    (node.cgroup_root / "cpu").symlink_to(elsewhere)
+    _one_line_exit(
+        _argv(node, tmp_path, free_port()),
+        tmp_path,
+        f"cgroup controller cpu: {node.cgroup_root / 'cpu'} -> {elsewhere} leads outside the cgroup root",
+    )

@@ -10,6 +10,7 @@ from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.decisions import DecisionLog
 from koordqos.hooks import probe_bvt_system
+from koordqos.hooks.reconcile_plan import CLUSTER_POD_SOURCES
 from koordqos.hooks.reconciler import HookReconciler
 from koordqos.hooks.runtime import HookOptions, RuntimeHooks
 from koordqos.host import HostActuator
@@ -29,7 +30,10 @@ def make_node(
 
 
 def make_reconciler(
-    node: SyntheticNode, gates: Mapping[str, bool] | None = None, dry_run: bool = False
+    node: SyntheticNode,
+    gates: Mapping[str, bool] | None = None,
+    dry_run: bool = False,
+    pod_sources: frozenset[str] = CLUSTER_POD_SOURCES,
 ) -> HookReconciler:
     decisions = DecisionLog(dry_run=dry_run)
     executor = CgroupExecutor(node.layout, decisions)
@@ -37,7 +41,7 @@ def make_reconciler(
         HookOptions(gates=dict(gates or {}), bvt=probe_bvt_system(node.layout, node.proc_root))
     )
     host = HostActuator(decisions, proc_root=node.proc_root, sys_root=node.sys_root)
-    return HookReconciler(hooks, node.layout, executor, host, decisions)
+    return HookReconciler(hooks, node.layout, executor, host, decisions, pod_sources=pod_sources)
 
 
 def pod(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from koordqos.cgroups.resources import CgroupVersion
-from koordqos.events.types import NodeSLOUpdated, NodeUpdated, PodsReplaced
+from koordqos.events.types import NodeSLOUpdated, NodeUpdated, PodsReplaced, SourceSynced
 from koordqos.hooks.reconciler import HookReconciler
 from koordqos.model.keys import BATCH_CPU, BATCH_MEMORY
 from koordqos.model.node import NodeInfo
@@ -104,8 +104,9 @@ async def test_c2_c3_disabled_rule_resets_dangling_pod_and_container_dirs(tmp_pa
     await rec.reconcile(state(PodsReplaced((gone,)), NodeSLOUpdated(parse_nodeslo(GI_SLO))))
     assert cpu(node, gdir, "cpu.bvt_warp_ns") == "-1"
     node.write(cdir, "cpu", "cpu.bvt_warp_ns", -1)
-    # the pod is no longer listed, and the rule is now disabled: every dir goes back to 0
-    await rec.reconcile(state(PodsReplaced(()), NodeSLOUpdated(parse_nodeslo({}))))
+    # the pod is no longer listed (the pod list synced: every pod known), and the rule is now disabled: every
+    # dir goes back to 0
+    await rec.reconcile(state(PodsReplaced(()), SourceSynced("pods"), NodeSLOUpdated(parse_nodeslo({}))))
     assert cpu(node, gdir, "cpu.bvt_warp_ns") == "0"
     assert cpu(node, cdir, "cpu.bvt_warp_ns") == "0"
     assert [cpu(node, d, "cpu.bvt_warp_ns") for d in node.layout.qos_dirs()] == ["0", "0", "0"]

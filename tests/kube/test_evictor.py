@@ -276,3 +276,31 @@ def test_back_off_doubles_up_to_the_cap() -> None:
     assert not bo.waiting(pod)
     bo.succeeded(pod)
     assert bo.failed(pod) == 1.0
+
+
+def test_the_pod_label_is_bounded_to_the_last_pods_evicted() -> None:
+    """koordqos_pod_evictions_total keeps series for the last `limit` pods only: a node evicting for days
+    does not grow /metrics without bound; a pod evicted again becomes the newest."""
+    from koordqos.kube.evictor import EvictionSeries
+
+    series = EvictionSeries(limit=3)
+
+    def value(pod: str, result: str = "success") -> float | None:
+        return obs.REGISTRY.get_sample_value(
+            "koordqos_pod_evictions_total",
+            {"reason": "bounded", "result": result, "namespace": "ns-bounded", "pod": pod},
+        )
+
+    for name in ("a", "b", "c"):
+        series.inc("bounded", "success", "ns-bounded", name)
+    series.inc("bounded", "failed", "ns-bounded", "a")  # a again: the newest now
+    series.inc("bounded", "success", "ns-bounded", "d")  # b, the oldest, goes
+    assert len(series) == 3
+    assert value("b") is None
+    assert value("a") == 1.0
+    assert value("a", "failed") == 1.0
+    assert value("c") == 1.0
+    assert value("d") == 1.0
+    series.inc("bounded", "success", "ns-bounded", "e")  # c goes
+    assert value("c") is None
+    assert value("a", "failed") == 1.0

@@ -150,7 +150,7 @@ async def test_a_vanished_dir_makes_the_next_round_walk_again(tmp_path: Path) ->
     # a BE pod's dirs go away behind our back while the pod is still known; the BE cpuset moves, so the
     # next plan writes every walked dir and meets the vanished ones
     pod_dir = node.fs.layout.pod_dir(node.pods["uid-2"])
-    for sub in ("cpuset", "cpu", "cpuacct", "memory"):
+    for sub in node.fs.hierarchies:
         d = node.fs.cgroup_root / sub / pod_dir
         for child in sorted(d.rglob("*"), key=lambda p: -len(p.parts)):
             child.rmdir() if child.is_dir() else child.unlink()

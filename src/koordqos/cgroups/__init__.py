@@ -36,4 +36,5 @@ def describe(layout: CgroupLayout) -> dict[str, Any]:
         "version": str(layout.version),
         "driver": str(layout.driver),
         "hybrid": layout.hybrid,
+        "controller_links": layout.controllers.describe(),
     }

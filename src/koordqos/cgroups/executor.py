@@ -29,6 +29,7 @@ import structlog
 from prometheus_client import Counter
 
 from koordqos import observability as obs
+from koordqos.cgroups.dryrun import DryRunFiles, read_back, rel_of
 from koordqos.cgroups.layout import PATH_REFUSED, CgroupLayout, ResourceUnsupported
 from koordqos.cgroups.resources import (
     RESOURCES,
@@ -102,6 +103,7 @@ class WriteResult:
     old: str | None = None
     new: str | None = None
     error: str = ""
+    error_code: int = 0  # errno of a failed write (EINVAL: a value this kernel refuses)
 
     @property
     def ok(self) -> bool:
@@ -182,6 +184,9 @@ class CgroupExecutor:
         self._warned: SeenOnce[tuple[str, str]] = SeenOnce()
         self.file_reads = 0
         self.file_writes = 0
+        # dry-run: what it would have written, read back as a real run reads its writes (cgroups/dryrun.py)
+        self.dry_run_files = DryRunFiles()
+        layout.on_controllers_changed(self.invalidate)  # cached paths start at the old controller dirs
 
     @property
     def dry_run(self) -> bool:
@@ -233,11 +238,14 @@ class CgroupExecutor:
     def read(self, parent: str, resource: str) -> str | None:
         """Raw content of `resource`'s file in `parent`; None if the dir/file is missing or unsupported."""
         try:
-            path = self.layout.file_path(parent, resource)
+            path = ConfinedPath(str(self.layout.file_path(parent, resource)), self.layout.root)
             self.file_reads += 1
-            return read_file(ConfinedPath(str(path), self.layout.root))
+            text = read_file(path)
         except (OSError, CgroupError, UnsafePathError):  # missing, unsupported, refused
             return None
+        if self.dry_run_files:
+            return self.dry_run_files.view(rel_of(path, str(self.layout.root)), text)
+        return text
 
     def read_value(self, parent: str, resource: str) -> int | str | None:
         """The current logical value (ints, -1 for unlimited); None when missing or unparsable."""
@@ -260,6 +268,7 @@ class CgroupExecutor:
             self._cache.clear()
             self._paths.clear()
             self._invalidated.clear()
+            self.dry_run_files.clear()
             return
         marks = self._invalidated
         now = self._clock()
@@ -368,13 +377,22 @@ class CgroupExecutor:
             return self._missing(w, path)
         except OSError as exc:
             return self._problem(strategy, reason, w, Outcome.FAILED, f"read {path}: {exc.strerror}")
+        dry, actual, rel = self.dry_run, current, ""
+        if (
+            dry
+        ):  # compare with what the dry-run would have written here, as a real run compares with its write
+            rel = rel_of(path, str(self.layout.root))
+            current = self.dry_run_files.view(rel, actual)
         new = render(res, w.value, self.layout.version, current)
         if same_value(res, self.layout.version, current, new):
             self._remember(w)
             return self._done(w, Outcome.UNCHANGED, current.strip(), new)
         target = f"{w.parent}/{w.resource}"
-        if self.dry_run:
+        if dry:
             self.decisions.record(strategy, target, action, current.strip(), new, reason, dry_run=True)
+            would = read_back(res, self.layout.version, current, new)
+            if would is not None:
+                self.dry_run_files.note(rel, actual, would)
             self._remember(w)
             return self._done(w, Outcome.DRY_RUN, current.strip(), new)
         try:
@@ -401,6 +419,7 @@ class CgroupExecutor:
                 f"write {new!r} to {path}: {exc.strerror} ({err})",
                 old=current.strip(),
                 new=new,
+                error_code=exc.errno or 0,
             )
         self._remember(w)
         self.decisions.record(strategy, target, action, current.strip(), new, reason, dry_run=False)
@@ -424,6 +443,8 @@ class CgroupExecutor:
 
     def _missing(self, w: CgroupWrite, path: str) -> WriteResult:
         self._cache.pop((w.parent, w.resource), None)
+        if self.dry_run_files:
+            self.dry_run_files.forget(rel_of(path, str(self.layout.root)))
         self._paths.pop((w.parent, w.resource), None)
         if os.path.isdir(os.path.dirname(path)):
             return self._done(w, Outcome.UNSUPPORTED)
@@ -448,6 +469,7 @@ class CgroupExecutor:
         error: str,
         old: str | None = None,
         new: str | None = None,
+        error_code: int = 0,
     ) -> WriteResult:
         resource = w.resource if w.resource in RESOURCES else "unknown"
         CGROUP_WRITES.labels(resource, outcome.value).inc()
@@ -472,7 +494,7 @@ class CgroupExecutor:
             f"{reason}: {error}" if reason else error,
             quiet=True,
         )
-        return WriteResult(w, outcome, old, new, error)
+        return WriteResult(w, outcome, old, new, error, error_code)
 
 
 class _Pace:

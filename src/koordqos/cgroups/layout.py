@@ -8,14 +8,21 @@ still be a symlink on disk, and a directory can be swapped for one at any time. 
 root one component at a time without following symlinks (`koordqos.fs.open_beneath`; `file_rel` /
 `subsystem_rel` give the path relative to the root for that), at every open. `check_dir` is an early,
 uncached, advisory look for a symlinked component (a clear error for a planner); nothing relies on it.
+
+On v1 each controller's directory is resolved once (`koordqos.cgroups.controllers`: systemd's
+`cpu -> cpu,cpuacct` links), at start by `resolve_controllers` (a link out of the root is a start-up error)
+and again by `refresh_controllers` when a link changes; paths start at the resolved directory, so no
+symlink is ever followed when a file is opened.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import enum
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +30,8 @@ import structlog
 from prometheus_client import Counter
 
 from koordqos import observability as obs
+from koordqos.cgroups.controllers import ControllerDirs, check_controllers
+from koordqos.cgroups.controllers import resolve_controllers as _resolve
 from koordqos.cgroups.resources import CgroupVersion, Resource, get_resource
 from koordqos.errors import CgroupError, PathEscapeError, UnsafePathError
 from koordqos.fs import open_beneath, subdirs_beneath
@@ -56,6 +65,8 @@ RUNTIME_SCOPE_PREFIX = {
     "docker": "docker",
     "pouch": "pouch",
 }
+# how often the agent looks again at the controller links (a few syscalls and one mountinfo read)
+CONTROLLER_CHECK_SECONDS = 10.0
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 _UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
@@ -135,6 +146,10 @@ class CgroupLayout:
         self.sys_root = Path(sys_root)
         self._caps: dict[str, bool] = {}
         self._core_sched: tuple[bool, str] | None = None
+        self._controllers: ControllerDirs | None = (
+            None  # v1: resolved on first use, or by resolve_controllers
+        )
+        self._on_change: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         hybrid = " hybrid" if self.hybrid else ""
@@ -180,6 +195,72 @@ class CgroupLayout:
         )
         log.info("cgroup layout", root=str(r), version=str(version), driver=str(driver), hybrid=hybrid)
         return layout
+
+    # -- controller directories -------------------------------------------------------------------
+
+    @property
+    def controllers(self) -> ControllerDirs:
+        """Each v1 controller's directory relative to the root (empty on v2: one hierarchy at the root).
+
+        Resolved on first use when `resolve_controllers` was not called (tests, tools); a refused link is
+        then logged and left unresolved, so every open through it is refused."""
+        dirs = self._controllers
+        if dirs is None:
+            dirs = self._controllers = self._resolve()
+            for name, why in dirs.problems.items():
+                log.warning("cgroup controller directory refused", controller=name, reason=why)
+        return dirs
+
+    def _resolve(self) -> ControllerDirs:
+        if self.version is CgroupVersion.V2:
+            return ControllerDirs()
+        return _resolve(self.root)
+
+    def resolve_controllers(self) -> ControllerDirs:
+        """Resolve the controller directories now (at start): ConfigError naming a controller link that
+        leads outside the root, or a directory that is not a cgroup mount of its controller."""
+        dirs = self._resolve()
+        check_controllers(self.root, dirs)
+        self._controllers = dirs
+        return dirs
+
+    def refresh_controllers(self) -> bool:
+        """Resolve the controller directories again; True (and every listener told) when one changed.
+
+        A link that now leads somewhere refused keeps its old directory (a real directory beneath the root,
+        still opened without following links), logged once per change."""
+        old = self.controllers
+        new = self._resolve()
+        if new.links == old.links and new.dirs == old.dirs:
+            return False
+        dirs = dict(new.dirs)
+        for name, why in new.problems.items():
+            log.error(
+                "cgroup controller link changed to a refused target; keeping the old directory",
+                controller=name,
+                reason=why,
+                kept=old.dirs.get(name),
+            )
+            if name in old.dirs:
+                dirs[name] = old.dirs[name]
+        self._controllers = ControllerDirs(dirs, new.links, new.problems)
+        if self._controllers.dirs == old.dirs:
+            return False
+        log.info("cgroup controller directories changed", old=dict(old.dirs), new=dirs)
+        self.refresh_capabilities()
+        for listener in self._on_change:
+            listener()
+        return True
+
+    async def watch_controllers(self, interval: float = CONTROLLER_CHECK_SECONDS) -> None:
+        """Re-resolve the controller directories every `interval` seconds (a component: until cancelled)."""
+        while True:
+            await asyncio.sleep(interval)
+            self.refresh_controllers()
+
+    def on_controllers_changed(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after `refresh_controllers` changed a directory (caches of paths drop them)."""
+        self._on_change.append(listener)
 
     # -- directory naming -------------------------------------------------------------------------
 
@@ -275,7 +356,9 @@ class CgroupLayout:
         """`rel` in `subsystem`, relative to the root (v1: `<subsystem>/<rel>`, v2: `<rel>`; "": the root)."""
         rel = check_relative(rel)
         if self.version is CgroupVersion.V1:
-            return f"{subsystem}/{rel}" if rel else subsystem
+            controllers = self._controllers or self.controllers
+            base = controllers.dir_of(subsystem)
+            return f"{base}/{rel}" if rel else base
         return rel
 
     def subsystem_dir(self, rel: str, subsystem: str) -> Path:
@@ -356,7 +439,7 @@ class CgroupLayout:
         name = res.file(self.version)
         if name is None:
             return False, f"no {self.version} file"
-        base = self.root / res.subsystem if self.version is CgroupVersion.V1 else self.root
+        base = self.subsystem_dir("", res.subsystem)
         if not base.is_dir():
             return False, f"{base} missing"
         kubepods = base / self.kubepods_dir()

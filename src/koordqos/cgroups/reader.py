@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
+from koordqos.cgroups.dryrun import DryRunFiles
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion, parse_cpuset
 from koordqos.errors import CgroupError, UnsafePathError
@@ -266,8 +267,15 @@ class CgroupReader:
     `FileSet`s; beyond it files are opened per read (one dir walk beneath the root each: much slower).
     """
 
-    def __init__(self, layout: CgroupLayout, max_open_files: int | None = None) -> None:
+    def __init__(
+        self,
+        layout: CgroupLayout,
+        max_open_files: int | None = None,
+        dry_run_files: DryRunFiles | None = None,
+    ) -> None:
         self.layout = layout
+        # dry-run: the settings read as the executor would have written them (cgroups/dryrun.py)
+        self.dry_run_files = dry_run_files
         self._v2 = layout.version is CgroupVersion.V2
         self._root = str(layout.root).rstrip("/") or "/"
         # (subsystem, rel) → the dir's path relative to the root (checked: no `..`, stays inside the root)
@@ -280,10 +288,20 @@ class CgroupReader:
             soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
             max_open_files = default_max_open_files(None if soft == resource.RLIM_INFINITY else soft)
         self.max_open_files = max_open_files
-        bases = (
-            [str(layout.root)] if self._v2 else [str(layout.root / s) for s in ("cpu", "cpuacct", "memory")]
-        )
+        self._check_links = True
+        self._detect_fs()
+        layout.on_controllers_changed(self._controllers_changed)
+
+    def _detect_fs(self) -> None:
+        # on kernfs a removed cgroup's open file fails with ENODEV; elsewhere only the link count tells
+        bases = [str(self.layout.subsystem_dir("", s)) for s in ("cpu", "cpuacct", "memory")]
         self._check_links = not all(mount_fs_type(b) in CGROUP_FS_TYPES for b in bases)
+
+    def _controllers_changed(self) -> None:
+        """Controller dirs moved (a changed link): forget every memoised dir and open file."""
+        self.close()
+        self._dirs.clear()
+        self._detect_fs()
 
     def __del__(self) -> None:
         try:
@@ -347,7 +365,22 @@ class CgroupReader:
 
     def _read(self, rel: str, subsystem: str, name: str) -> str | None:
         data = self._read_bytes(rel, subsystem, name)
-        return None if data is None else data.decode("ascii", "replace")
+        if data is None:
+            return None
+        text = data.decode("ascii", "replace")
+        files = self.dry_run_files
+        if files:
+            try:
+                d = self._dir(rel, subsystem)
+            except CgroupError:
+                return text
+            return files.view(f"{d}/{name}" if d else name, text)
+        return text
+
+    def read_bytes(self, rel: str, subsystem: str, name: str) -> bytes | None:
+        """The content of file `name` in `rel`'s dir of `subsystem` (held open and re-read, see the class);
+        None when it is missing, refused or unreadable."""
+        return self._read_bytes(rel, subsystem, name)
 
     def _read_bytes(self, rel: str, subsystem: str, name: str) -> bytes | None:
         key = (subsystem, rel, name)

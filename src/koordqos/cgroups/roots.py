@@ -1,5 +1,5 @@
-"""Start-up checks of the host roots: is `--cgroup-root` a cgroup hierarchy, do the roots exist, and which
-cgroup controllers that the enabled features write are missing.
+"""Start-up checks of the host roots: is `--cgroup-root` a cgroup hierarchy, do the roots exist, do its
+controller links stay inside it, and which cgroup controllers that the enabled features write are missing.
 
 A wrong root used to give an agent that reported ready and did nothing. Now: a missing root, or a cgroup
 root with no hierarchy at all, is a start-up error (exit 2, one line naming the path); a hierarchy that lacks
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from koordqos.cgroups.controllers import check_controllers, resolve_controllers
 from koordqos.errors import ConfigError
 
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
@@ -49,6 +50,9 @@ def check_host_roots(cgroup_root: Path, proc_root: Path, sys_root: Path) -> None
             f"--cgroup-root {cgroup_root}: no cgroup hierarchy (neither cgroup.controllers of v2 nor a v1 "
             f"controller directory such as cpu/ or memory/)"
         )
+    if not (cgroup_root / "cgroup.controllers").is_file():
+        # v1 / hybrid: a controller link (systemd's cpu -> cpu,cpuacct) must stay inside the root
+        check_controllers(cgroup_root, resolve_controllers(cgroup_root))
 
 
 def available_controllers(cgroup_root: Path) -> frozenset[str]:

@@ -163,17 +163,21 @@ class AgentProcess:
             await asyncio.sleep(0.1)
         raise RuntimeError(f"the agent did not become ready within {timeout:.0f} s: {self.tail_log()}")
 
-    async def new_decisions(self) -> list[dict[str, Any]]:
-        """CPU-suppress decisions made since the previous call, oldest first."""
+    async def new_decisions(self, strategies: Sequence[str] = (SUPPRESS,)) -> list[dict[str, Any]]:
+        """The decisions of `strategies` (CPU suppress by default) made since the previous call, oldest
+        first."""
         if self._session is None:
             return []
+        items: list[dict[str, Any]] = []
         try:
-            async with self._session.get(
-                f"{self.base}/debug/decisions", params={"strategy": SUPPRESS, "limit": "200"}
-            ) as resp:
-                items: list[dict[str, Any]] = await resp.json()
+            for strategy in strategies:
+                async with self._session.get(
+                    f"{self.base}/debug/decisions", params={"strategy": strategy, "limit": "200"}
+                ) as resp:
+                    items += await resp.json()
         except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError):
             return []
+        items.sort(key=lambda d: float(d["time"]))
         fresh = [d for d in items if d["time"] > self._seen]
         if fresh:
             self._seen = max(d["time"] for d in fresh)

@@ -7,6 +7,9 @@
 <scratch>/kubepods/burstable/pod<ls>/probe    the LS probes
 <scratch>/kubepods/besteffort/pod<be>/burner  the BE burners
 ```
+On a hybrid v1 node (systemd's cgroup v2 mount at `unified/`, no controller attached) the tree is mirrored
+there too, as runc mirrors pod cgroups, so the kernel keeps each pod's pressure (PSI) files: what the agent's
+PSI rule and the benchmark's stall figures read.
 cpu.shares (v1) / cpu.weight (v2) are set as kubelet sets them (besteffort 2, burstable pods by request),
 and the scratch dir itself can get a large share so the rest of the machine does not starve the probes.
 `cleanup()` kills whatever still runs inside and removes every dir, deepest first.
@@ -42,6 +45,7 @@ MAX_SHARES = 262144
 CFS_PERIOD = 100_000
 
 
+UNIFIED = "unified"  # hybrid's cgroup v2 mount beside the v1 controllers
 NAME_PREFIX = "koordqos-demo-"
 _NAME_RE = re.compile(r"^koordqos-demo-(\d+)-(\d+)-[0-9a-f]+$")
 
@@ -73,6 +77,16 @@ def owner_alive(name: str) -> bool | None:
         return None
     pid, ticks = int(found[1]), int(found[2])
     return process_start_ticks(pid) == ticks
+
+
+def has_unified(root: Path = REAL_ROOT) -> bool:
+    """Whether `root` is hybrid: v1 controllers with a cgroup v2 hierarchy at `unified/`."""
+    return (root / UNIFIED / "cgroup.controllers").exists() and not (root / "cgroup.controllers").exists()
+
+
+def v1_bases(root: Path) -> list[Path]:
+    """Where a v1 scratch tree has a copy: each controller's mount, and `unified/` on a hybrid node."""
+    return [root / c for c in REAL_SUBSYSTEMS] + ([root / UNIFIED] if has_unified(root) else [])
 
 
 def detect_version(root: Path = REAL_ROOT) -> CgroupVersion | None:
@@ -154,11 +168,26 @@ class PodTree:
             return self.root / controller / rel
         return self.root / rel
 
+    @property
+    def hybrid(self) -> bool:
+        """v1 with a unified mirror (see the module docstring)."""
+        return self.version is CgroupVersion.V1 and has_unified(self.root)
+
     def mount_sources(self) -> dict[str, Path]:
-        """What the agent's cgroup root is made of: v1 {controller: scratch dir}, v2 {"": scratch dir}."""
+        """What the agent's cgroup root is made of: v1 {controller: scratch dir} (and {"unified": its
+        mirror} on a hybrid node), v2 {"": scratch dir}."""
         if self.version is CgroupVersion.V1:
-            return {c: self.root / c / self.name for c in REAL_SUBSYSTEMS}
+            return {b.name: b / self.name for b in v1_bases(self.root)}
         return {"": self.root / self.name}
+
+    def pressure_file(self, rel: str, resource: str = "cpu") -> Path | None:
+        """`rel`'s `<resource>.pressure` (v2: in the hierarchy; hybrid: in the unified mirror); None on a
+        plain v1 node, whose cgroups have none."""
+        if self.version is CgroupVersion.V2:
+            return self.root / rel / f"{resource}.pressure"
+        if self.hybrid:
+            return self.root / UNIFIED / rel / f"{resource}.pressure"
+        return None
 
     # -- building -----------------------------------------------------------------------------------------
 
@@ -191,6 +220,8 @@ class PodTree:
         full = f"{self.name}/{rel}" if rel else self.name
         if self.version is CgroupVersion.V1:
             Scratch(self.name, self.root).mkcg(rel)
+            if self.hybrid:
+                (self.root / UNIFIED / full).mkdir()
         else:
             (self.root / full).mkdir()
         self.made.append(full)
@@ -219,7 +250,7 @@ class PodTree:
     def procs_files(self, rel: str) -> list[Path]:
         """The cgroup.procs files a pid is written to, to join `rel`."""
         if self.version is CgroupVersion.V1:
-            return [self.root / c / rel / "cgroup.procs" for c in REAL_SUBSYSTEMS]
+            return [b / rel / "cgroup.procs" for b in v1_bases(self.root)]
         return [self.root / rel / "cgroup.procs"]
 
     def own_cgroups(self) -> dict[Path, str]:
@@ -228,8 +259,9 @@ class PodTree:
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             _, controllers, path = line.split(":", 2)
             names = controllers.split(",")
-            if self.version is CgroupVersion.V2 and controllers == "":
-                here[self.root / path.lstrip("/") / "cgroup.procs"] = path
+            if controllers == "" and (self.version is CgroupVersion.V2 or self.hybrid):
+                base = self.root if self.version is CgroupVersion.V2 else self.root / UNIFIED
+                here[base / path.lstrip("/") / "cgroup.procs"] = path
             for c in REAL_SUBSYSTEMS:
                 if self.version is CgroupVersion.V1 and c in names:
                     here[self.root / c / path.lstrip("/") / "cgroup.procs"] = path
@@ -279,11 +311,7 @@ class PodTree:
     def pids(self) -> set[int]:
         """Every process still inside the tree."""
         found: set[int] = set()
-        bases = (
-            [self.root / c / self.name for c in REAL_SUBSYSTEMS]
-            if self.version is CgroupVersion.V1
-            else [self.root / self.name]
-        )
+        bases = list(self.mount_sources().values())
         for base in bases:
             if not base.exists():
                 continue
@@ -321,7 +349,7 @@ class PodTree:
 
 def stale_trees(root: Path = REAL_ROOT, version: CgroupVersion = CgroupVersion.V1) -> list[str]:
     """Names of the scratch trees under `root` whose owning demo process is gone (sorted)."""
-    bases = [root / c for c in REAL_SUBSYSTEMS] if version is CgroupVersion.V1 else [root]
+    bases = v1_bases(root) if version is CgroupVersion.V1 else [root]
     names: set[str] = set()
     for base in bases:
         try:

@@ -130,6 +130,18 @@ class RealNode:
             tree.be_quota(),
         )
 
+    def ls_cpu_stall_us(self) -> int | None:
+        """The LS pod's cumulative CPU "some" stall (µs, the kernel's PSI total); None where its cgroup has
+        no pressure file (plain cgroup v1)."""
+        path = self.tree.pressure_file(self.tree.ls_pod_dir)
+        if path is None:
+            return None
+        try:
+            first = path.read_text().split("\n", 1)[0]
+        except OSError:
+            return None
+        return int(first.rsplit("total=", 1)[1]) if "total=" in first else None
+
     def set_be_quota(self, quota: int) -> None:
         """Set the besteffort quota by hand."""
         self.tree.set_be_quota(quota)

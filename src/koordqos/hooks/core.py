@@ -42,6 +42,7 @@ from koordqos.state import NodeState
 log = structlog.get_logger("koordqos.hooks")
 
 STRATEGY = "runtime-hooks"  # the decision log's strategy name for everything the runtime hooks do
+REPLY_TARGETS_LOGGED = 4096  # targets whose last logged reply decision is remembered; then forgotten at once
 _bookkeeping_failed: SeenOnce[tuple[str, str]] = SeenOnce(64)  # (work, error type) logged once
 
 HOOK_SECONDS = obs.LoopHistogram(
@@ -325,6 +326,9 @@ class HookCore:
         self.hooks = hooks
         self.executor = executor
         self.decisions = decisions if decisions is not None else DecisionLog()
+        # target → the (action, old, new, dry-run) of the reply decision last logged for it: the same decision
+        # again (a reconnect's Synchronize, a repeated UpdateContainer) is recorded and counted, not logged
+        self._reply_logged: dict[str, tuple[str, object, object, bool]] = {}
 
     @property
     def dry_run(self) -> bool:
@@ -347,11 +351,38 @@ class HookCore:
             call.step = "pod cgroup writes"
             await self.executor.apply(STRATEGY, writes, reason=reason)
 
-    def record_reply(self, target: str, action: str, new: str, reason: str, dry: bool | None = None) -> bool:
-        """Record what a reply changes; False in dry-run (the runtime then gets nothing). `dry`: dry-run as
-        read when the reply was made (a record made later)."""
+    def refresh(self, state: NodeState) -> None:
+        """Rules and the share pools from `state` (`RuntimeHooks.refresh`), before a call that plans many
+        containers from one state (Synchronize): what the reconciler computes from the same state."""
+        self.hooks.refresh(state)
+
+    def record_reply(
+        self,
+        target: str,
+        action: str,
+        new: str,
+        reason: str,
+        dry: bool | None = None,
+        old: str | None = None,
+    ) -> bool:
+        """Record what a reply changes (`old`: the container's values before it), logged at info like every
+        decision unless it repeats the one last logged for `target`; False in dry-run (the runtime then gets
+        nothing). `dry`: dry-run as read when the reply was made (a record made later).
+
+        In dry-run a repeat is not recorded at all: the runtime kept the container's values because nothing
+        was sent, where after a real run's reply it would hold the new ones and the call would be no decision
+        (a reconnect's Synchronize); so a dry-run records what a real run records, once."""
         dry = self.decisions.dry_run if dry is None else dry
-        self.decisions.record(STRATEGY, target, action, None, new, reason, dry_run=dry, quiet=True)
+        logged = self._reply_logged
+        key = (action, old, new, dry)
+        repeated = logged.get(target) == key
+        if repeated and dry:
+            return False
+        if not repeated:
+            if len(logged) >= REPLY_TARGETS_LOGGED and target not in logged:
+                logged.clear()  # bounded: targets are the runtime's names, of any number
+            logged[target] = key
+        self.decisions.record(STRATEGY, target, action, old, new, reason, dry_run=dry, quiet=repeated)
         return not dry
 
     def forget_pod(self, pod_dir: str) -> None:

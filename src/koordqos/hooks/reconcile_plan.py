@@ -12,6 +12,14 @@ for it (its containers, errors and, on request, its per-process targets) is carr
 plan reads besides its own inputs is node-wide (the rules from NodeSLO and Node, the layout), so a rule
 update or a Node/NodeSLO change makes the pass full. The reconciler runs a full pass now and then anyway so
 that a file changed behind the agent's back is still corrected.
+
+Nothing is derived from an incomplete view of the pods: a pod dir on disk that no known pod owns gets its
+QoS dir's bvt ("dangling", the GroupIdentity rule callback) only once the pod sources have synced
+(`pod_sources`: the API server's list in cluster mode; in local mode also the NRI Synchronize, which delivers
+the runtime's pods), so an agent starting over a configured node never resets a live pod's dir for a moment.
+A bvt rule change seen earlier is remembered and its dangling step done in the first pass with every pod
+known. Container dirs follow their pod's bvt whenever the pod is planned (a new container, a pod change), not
+only on rule changes: a pod that arrives after the NodeSLO gets its containers' value too.
 """
 
 from __future__ import annotations
@@ -54,6 +62,11 @@ log = structlog.get_logger("koordqos.hooks.reconciler")
 MAX_WARNED = 4096  # log-once memories; beyond this they are forgotten all at once (bounded memory)
 SKIPPED_PER_YIELD = 16  # unchanged pods cost ~2 µs each: a yield per this many, not one per pod
 KUBE_QOS_ORDER = (KubeQoS.GUARANTEED, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT)
+#: the synced sources (`NodeState.synced`) after which the node's pods are all known: the API server's pod
+#: list (cluster mode); local mode's pod source is marked synced at start, its pods come with the NRI
+#: Synchronize
+CLUSTER_POD_SOURCES = frozenset({"pods"})
+LOCAL_POD_SOURCES = frozenset({"pods", "nri"})
 
 RECONCILE_ERRORS = Counter(
     "koordqos_hooks_reconcile_errors_total",
@@ -96,9 +109,14 @@ class PodRecord:
 class ReconcilePlanner:
     """Computes passes over one RuntimeHooks and layout; remembers which problems it already logged."""
 
-    def __init__(self, hooks: RuntimeHooks, layout: CgroupLayout) -> None:
+    def __init__(
+        self, hooks: RuntimeHooks, layout: CgroupLayout, pod_sources: frozenset[str] = CLUSTER_POD_SOURCES
+    ) -> None:
         self.hooks = hooks
         self.layout = layout
+        self.pod_sources = pod_sources
+        # a bvt rule change whose dangling-pod-dir step waits for a complete view of the pods
+        self._dangling_due = False
         # (pod uid, error) already logged, scoped by pod uid; (host app, error) logged, scoped by app name
         self.warned: SeenOnce[tuple[str, str]] = SeenOnce(MAX_WARNED, scoped=True)
         self.apps_warned: SeenOnce[tuple[str, str]] = SeenOnce(MAX_WARNED, scoped=True)
@@ -117,10 +135,14 @@ class ReconcilePlanner:
         targets (oom_score_adj, core-sched cookies) of every pod, carried over for unchanged pods, so new
         processes in unchanged containers are still caught; otherwise only those of the planned pods.
         """
-        self.hooks.refresh_rules(state.node_slo, state.node)
+        self.hooks.refresh(state)
         result.rules_updated = self.hooks.take_updates()
+        if "GroupIdentity" in result.rules_updated:
+            self._dangling_due = True
+        # the dangling step needs every pod dir of the pass: a full pass, once every pod is known
+        dangling = self._dangling_due and self.pod_sources <= state.synced
         node_wide = (state.node, state.node_slo)
-        if result.rules_updated or node_wide != self._node_wide:
+        if result.rules_updated or dangling or node_wide != self._node_wide:
             full = True
         self._node_wide = node_wide
         result.full = full
@@ -128,7 +150,6 @@ class ReconcilePlanner:
             kctx = KubeQoSContext(kube_qos, self.layout.qos_dir(kube_qos))
             self._errors(result, "kubeqos", self.hooks.reconcile_kube_qos(kctx))
             result.writes += kube_qos_writes(kctx)
-        bvt_changed = "GroupIdentity" in result.rules_updated
         known_pod_dirs: set[str] = set()
         uids: set[str] = set()
         records = self.records
@@ -164,7 +185,7 @@ class ReconcilePlanner:
             n_errors = len(result.errors)
             containers: list[str] = []
             try:
-                self._pod(view, result, known_pod_dirs, bvt_changed, containers)
+                self._pod(view, result, known_pod_dirs, containers)
             except (CgroupError, ExtendedResourceSpecError, ValueError) as exc:
                 self._drop_partial(result, marks)
                 self._bad_pod(view.uid, exc, result)
@@ -183,8 +204,9 @@ class ReconcilePlanner:
             yield
         for gone in records.keys() - uids:
             del records[gone]
-        if bvt_changed:
+        if dangling:
             result.writes += self._dangling_bvt(known_pod_dirs)
+            self._dangling_due = False
         self._host_apps(state.node_slo.host_applications if state.node_slo is not None else (), result)
         # pods that left the node: their errors may be logged again if they ever come back
         self.warned.retain_scopes(uids)
@@ -197,12 +219,11 @@ class ReconcilePlanner:
         """Make the next pass full (a pass failed half-way: a rule change may not have been applied)."""
         self.records.clear()
         self._node_wide = None
+        self._dangling_due = True  # the dangling step may not have landed either
 
     # -- pods and containers ----------------------------------------------------------------------
 
-    def _pod(
-        self, view: PodView, result: PassResult, known: set[str], bvt_changed: bool, containers: list[str]
-    ) -> None:
+    def _pod(self, view: PodView, result: PassResult, known: set[str], containers: list[str]) -> None:
         pctx, pod_dir, extended = pod_context(view, self.layout)
         known.add(pod_dir)
         self._errors(result, "pod", self.hooks.reconcile_pod(pctx))
@@ -214,8 +235,9 @@ class ReconcilePlanner:
             containers.append(ckey)
             self._errors(result, "container", self.hooks.reconcile_container(cctx))
             result.writes += container_writes(cctx)
-            if bvt_changed and bvt is not None and cctx.request.cgroup_parent:
-                # the GroupIdentity rule callback rewrites container dirs explicitly
+            if bvt is not None and cctx.request.cgroup_parent:
+                # container dirs follow their pod's bvt (the rule callback's container step, on every plan of
+                # the pod: a container created after the rule change gets it too)
                 result.writes.append(
                     CgroupWrite(cctx.request.cgroup_parent, "cpu.bvt_warp_ns", bvt, Level.CONTAINER)
                 )

@@ -41,9 +41,10 @@ from koordqos.events.types import (
     RuntimeContainerUpserted,
     RuntimeSandboxUpserted,
     RuntimeSynchronized,
+    SourceSynced,
 )
 from koordqos.hooks.host_intents import cookie_intents, group_identity_sysctls, oom_intents
-from koordqos.hooks.reconcile_plan import MAX_WARNED, PassResult, ReconcilePlanner
+from koordqos.hooks.reconcile_plan import CLUSTER_POD_SOURCES, MAX_WARNED, PassResult, ReconcilePlanner
 from koordqos.hooks.runtime import RuntimeHooks
 from koordqos.host import CoreSchedPrune, HostActuator, HostIntent
 from koordqos.once import SeenOnce
@@ -87,6 +88,7 @@ TRIGGERS: tuple[type[Event], ...] = (
     RuntimeSandboxUpserted,
     RuntimeContainerUpserted,
     RuntimeSynchronized,
+    SourceSynced,  # the pods are all known now: the dangling-pod-dir step may run (reconcile_plan.py)
 )
 #: Triggers of the passes the loop may run incrementally; any other (start, manual) asks for a full pass.
 INCREMENTAL_TRIGGERS = frozenset({"interval", *(t.__name__ for t in TRIGGERS)})
@@ -110,6 +112,7 @@ class HookReconciler:
         interval: float = 10.0,
         settle: float = 0.5,
         full_interval: float | None = None,
+        pod_sources: frozenset[str] = CLUSTER_POD_SOURCES,
     ) -> None:
         self.hooks = hooks
         self.layout = layout
@@ -125,7 +128,7 @@ class HookReconciler:
             max(interval, executor.force_update_seconds) if full_interval is None else full_interval
         )
         self._last_full = float("-inf")  # time.monotonic() of the last full pass
-        self.planner = ReconcilePlanner(hooks, layout)
+        self.planner = ReconcilePlanner(hooks, layout, pod_sources)
         self._wake = asyncio.Event()
         self._trigger = "start"
         self.passes = 0

@@ -7,7 +7,7 @@ reconciler alike; nothing here knows a particular hook beyond the typed shortcut
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import structlog
@@ -42,6 +42,7 @@ from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO
 from koordqos.model.qos import QoSClass
 from koordqos.once import SeenOnce
+from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.hooks")
 
@@ -50,6 +51,9 @@ MAX_REPORTED = 1024  # distinct rule errors remembered for log-once; forgotten a
 __all__ = ["HookOptions", "Reconciler", "RuntimeHooks", "pod_qos_condition"]
 
 T = TypeVar("T", bound=HookPlugin)
+
+#: NodeState → the NodeResourceTopology annotations computed from it (None: cannot be computed yet)
+TopologySource = Callable[[NodeState], Mapping[str, str] | None]
 
 
 def pod_qos_condition(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str:
@@ -74,6 +78,10 @@ class RuntimeHooks:
         self._slo: NodeSLO | bool | None = False  # False: never seen
         self._node: NodeInfo | bool | None = False
         self._reported: SeenOnce[str] = SeenOnce(MAX_REPORTED)  # rule error texts already logged
+        # the share pools' one computation (the NRT reporter's), of the state the caller plans from; set by
+        # the agent when it reports the NRT (`refresh`)
+        self.topology_source: TopologySource | None = None
+        self._topology_seen: Mapping[str, str] | None = None  # the annotations last taken from it
         self.reconcilers: dict[Level, list[Reconciler]] = {level: [] for level in Level}
         for plugin in self._plugins:
             for stage, (desc, fn) in plugin.stage_hooks().items():
@@ -129,6 +137,22 @@ class RuntimeHooks:
                     except RuleError as exc:
                         self._report(f"{p.name} rule not updated", exc)
         self.pending_updates |= updated
+        return updated
+
+    def refresh(self, state: NodeState) -> set[str]:
+        """`refresh_rules` from `state`, and the CPUSetAllocator's share pools computed from the same `state`
+        (`topology_source`): a reconcile pass and the NRI Synchronize plan from rules of the state they
+        plan, so both give a container the same cpuset. Returns the plugins whose rule changed."""
+        updated = self.refresh_rules(state.node_slo, state.node)
+        source = self.topology_source
+        if source is not None:
+            annotations = source(state)
+            # the source memoises its result: the same object means the same pools, nothing to parse
+            if annotations is not None and annotations is not self._topology_seen:
+                self._topology_seen = annotations
+                cpuset = self.cpuset
+                if self.update_topology(annotations) and cpuset is not None:
+                    updated.add(cpuset.name)
         return updated
 
     def update_topology(self, annotations: Mapping[str, str]) -> bool:

@@ -42,6 +42,41 @@ EVICTIONS = Counter(
     registry=obs.REGISTRY,
 )
 
+#: pods with series of their own in EVICTIONS; the oldest pod's series go when another one comes (a node
+#: that evicts for days must not grow /metrics without bound)
+EVICTION_SERIES_PODS = 200
+_RESULTS = ("recorded", "success", "failed")
+
+
+class EvictionSeries:
+    """EVICTIONS counted with the pod's labels, for the last `limit` pods evicted (oldest forgotten first)."""
+
+    def __init__(self, limit: int = EVICTION_SERIES_PODS) -> None:
+        self.limit = limit
+        self._pods: dict[tuple[str, str], set[str]] = {}  # (namespace, pod) → its reasons, oldest first
+
+    def inc(self, reason: str, result: str, namespace: str, pod: str) -> None:
+        key = (namespace, pod)
+        reasons = self._pods.pop(key, set())
+        reasons.add(reason)
+        self._pods[key] = reasons  # now the newest
+        EVICTIONS.labels(reason, result, namespace, pod).inc()
+        while len(self._pods) > self.limit:
+            (old_ns, old_pod), old_reasons = next(iter(self._pods.items()))
+            del self._pods[(old_ns, old_pod)]
+            for r in old_reasons:
+                for res in _RESULTS:
+                    try:
+                        EVICTIONS.remove(r, res, old_ns, old_pod)
+                    except KeyError:
+                        pass  # that result never happened for the pod
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+
+EVICTION_PODS = EvictionSeries()
+
 BACKOFF_SKIPPED = Counter(
     "koordqos_eviction_backoff_skipped_total",
     "Eviction attempts not sent because the pod's last eviction failed recently (per-pod back-off)",
@@ -240,7 +275,7 @@ class Evictor:
                 strategy, target, "evict", new=pod.uid, reason=f"{reason}: {message} ({why})", dry_run=True
             )
             self.evicted.add(pod.uid)
-            EVICTIONS.labels(reason, "recorded", pod.namespace, pod.name).inc()
+            EVICTION_PODS.inc(reason, "recorded", pod.namespace, pod.name)
             return True
         await self.limiter.acquire()
         error = await self._call(pod)
@@ -249,12 +284,12 @@ class Evictor:
         if error is None:
             self.backoff.succeeded(pod)
             self.evicted.add(pod.uid)
-            EVICTIONS.labels(reason, "success", pod.namespace, pod.name).inc()
+            EVICTION_PODS.inc(reason, "success", pod.namespace, pod.name)
             self.decisions.record(strategy, target, "evict", new=pod.uid, reason=f"{reason}: {message}")
             log.info("pod evicted", pod=target, uid=pod.uid, reason=reason, strategy=strategy)
             await self._event(ref, REASON_SUCCESS, text)
             return True
-        EVICTIONS.labels(reason, "failed", pod.namespace, pod.name).inc()
+        EVICTION_PODS.inc(reason, "failed", pod.namespace, pod.name)
         retry_in = self.backoff.failed(pod)
         self.decisions.record(
             strategy, target, "evict-failed", new=pod.uid, reason=f"{reason}: {message}; error {error}"

@@ -12,13 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from koordqos.config import AgentConfig
+    from koordqos.decisions import DecisionLog
     from koordqos.events.bus import EventBus
     from koordqos.nri.plugin import NRIPlugin
     from koordqos.nri.session import NRIHandler
 
 
 def build_plugin(
-    bus: EventBus, config: AgentConfig, handler: NRIHandler, status: MutableMapping[str, Any]
+    bus: EventBus,
+    config: AgentConfig,
+    handler: NRIHandler,
+    status: MutableMapping[str, Any],
+    decisions: DecisionLog | None = None,
 ) -> NRIPlugin:
     """The NRI plugin (NRI_PLUGIN_* from the environment when the runtime launched us); its busy-poll gate
     reads the node's CPU from the proc root."""
@@ -36,4 +41,5 @@ def build_plugin(
         status=status,
         events_mask=mask_without_stages(DEFAULT_EVENTS, config.hooks.disable_stages),
         busy_poll_gate=gate,
+        decisions=decisions,
     )

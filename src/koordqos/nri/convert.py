@@ -293,12 +293,12 @@ class NRIHooks:
         )
 
     def _record(
-        self, ctx: ContainerContext, action: str, new: str, call: str, dry: bool | None = None
+        self, ctx: ContainerContext, action: str, old: str, new: str, call: str, dry: bool | None = None
     ) -> bool:
         """Log the reply as a decision; False in dry-run (the runtime then gets nothing)."""
         r = ctx.request
         target = f"{r.pod_namespace}/{r.pod_name}/{r.container_name}"
-        return self.core.record_reply(target, f"nri-{action}", new, call, dry)
+        return self.core.record_reply(target, f"nri-{action}", new, call, dry, old=old)
 
     def _record_later(
         self,
@@ -306,19 +306,33 @@ class NRIHooks:
         ctx: ContainerContext,
         action: str,
         reason: str,
-        res: Resources,
-        oom: int | None = None,
+        ctr: api.Container | None = None,
     ) -> bool:
-        """`_record` when the call settles (after the reply is written: the plugin settles it then); False
-        in dry-run, as read now."""
+        """Record what the reply changes when the call settles (after the reply is written: the plugin
+        settles it then; the comparison is bookkeeping, not the reply); False in dry-run, as read now."""
         dry = self.core.dry_run
-        call.defer(self._record_summary, ctx, action, res, oom, reason, dry)
+        call.defer(self._record_changes, ctx, action, ctr, reason, dry)
         return not dry
 
-    def _record_summary(
-        self, ctx: ContainerContext, action: str, res: Resources, oom: int | None, call: str, dry: bool
+    def _record_changes(
+        self, ctx: ContainerContext, action: str, ctr: api.Container | None, call: str, dry: bool
     ) -> None:
-        self._record(ctx, action, _summary(res, oom), call, dry)
+        """A decision for the values the reply changes (against the container's own, or those the runtime is
+        about to apply); none when the reply only repeats them."""
+        resp = ctx.response
+        have = ctx.request.resources
+        diff = differing(resp.resources, have)
+        oom = resp.oom_score_adj
+        if oom is not None and ctr is not None and ctr.linux.HasField("oom_score_adj"):
+            old_oom: int | None = ctr.linux.oom_score_adj.value
+            if old_oom == oom:
+                oom = None
+        else:
+            old_oom = None
+        envs = tuple(k for k, v in resp.add_envs.items() if ctx.request.envs.get(k) != v)
+        new = summary(diff, oom, envs, resp.rdt_class)
+        if new:
+            self._record(ctx, action, _was(diff, have, old_oom if oom is not None else None), new, call, dry)
 
     # -- handlers ---------------------------------------------------------------------------------
 
@@ -340,7 +354,7 @@ class NRIHooks:
             or resp.rdt_class is not None
         ):
             return
-        if self._record_later(call, ctx, "adjust", "CreateContainer", resp.resources, resp.oom_score_adj):
+        if self._record_later(call, ctx, "adjust", "CreateContainer", event.container):
             fill_adjustment(event.adjust, ctx)
 
     def update_container(self, event: NRIUpdateContainer, state: NodeState, call: Call) -> None:
@@ -349,12 +363,15 @@ class NRIHooks:
         ctx = self.container_context(event.pod, event.container, state, requested)
         self.core.stage(call, Stage.PRE_UPDATE_CONTAINER_RESOURCES, ctx, state)
         res = ctx.response.resources
-        if nri_visible(res) and self._record_later(call, ctx, "update", "UpdateContainer", res):
+        if nri_visible(res) and self._record_later(call, ctx, "update", "UpdateContainer"):
             fill_resources(event.update_for(event.container.id).linux.resources, res)
 
     async def synchronize(self, event: NRISynchronize, state: NodeState, call: Call) -> None:
         """Correct every live container whose hook values differ from what it has; thousands of containers
         (≈ 50 µs each) are worked through in slices, yielding to the event loop between them."""
+        # the rules and share pools of this state (the runtime's pods included): the reconciler plans the same
+        # containers from the same computation, so it keeps what is answered here
+        self.core.refresh(state)
         pods = {p.id: p for p in event.pods}
         views: dict[str, PodView] = {}
         clock = time.perf_counter
@@ -375,8 +392,11 @@ class NRIHooks:
                 view = views[pod.id] = self.pod_view(pod, state)
             ctx = self.container_context(view, ctr, state)
             self.core.stage(call, Stage.PRE_UPDATE_CONTAINER_RESOURCES, ctx, state)
-            diff = differing(ctx.response.resources, ctx.request.resources)
-            if nri_visible(diff) and self._record(ctx, "update", _summary(diff), "Synchronize"):
+            have = ctx.request.resources
+            diff = differing(ctx.response.resources, have)
+            if nri_visible(diff) and self._record(
+                ctx, "update", _was(diff, have), summary(diff), "Synchronize"
+            ):
                 fill_resources(event.update_for(ctr.id).linux.resources, diff)
 
     def remove_pod_sandbox(self, event: NRIRemovePodSandbox, state: NodeState, call: Call) -> None:
@@ -384,7 +404,10 @@ class NRIHooks:
         self.core.forget_pod(self.pod_view(event.pod, state).pod_dir)
 
 
-def _summary(res: Resources, oom: int | None = None) -> str:
+def summary(
+    res: Resources, oom: int | None = None, envs: tuple[str, ...] = (), rdt_class: str | None = None
+) -> str:
+    """The values a reply sets, as a decision's `new` ("shares=1024 cpus=2-3"; env: the names added)."""
     parts = []
     if res.cpu_shares is not None:
         parts.append(f"shares={res.cpu_shares}")
@@ -394,6 +417,28 @@ def _summary(res: Resources, oom: int | None = None) -> str:
         parts.append(f"cpus={res.cpuset}")
     if res.memory_limit is not None:
         parts.append(f"memory={res.memory_limit}")
+    if oom is not None:
+        parts.append(f"oom_score_adj={oom}")
+    if envs:
+        parts.append("env=" + ",".join(envs))
+    if rdt_class is not None:
+        parts.append(f"rdt_class={rdt_class}")
+    return " ".join(parts)
+
+
+def _was(diff: Resources, have: Resources | None, oom: int | None = None) -> str:
+    """A decision's `old`: the container's values of the fields `diff` changes (unset quota and memory limit
+    read -1, as `differing` compares them; an unset share or cpuset "unset")."""
+    have = have or Resources()
+    parts = []
+    if diff.cpu_shares is not None:
+        parts.append(f"shares={'unset' if have.cpu_shares is None else have.cpu_shares}")
+    if diff.cfs_quota is not None:
+        parts.append(f"quota={-1 if have.cfs_quota is None else have.cfs_quota}")
+    if diff.cpuset is not None:
+        parts.append(f"cpus={have.cpuset or 'unset'}")
+    if diff.memory_limit is not None:
+        parts.append(f"memory={-1 if have.memory_limit is None else have.memory_limit}")
     if oom is not None:
         parts.append(f"oom_score_adj={oom}")
     return " ".join(parts)

@@ -20,6 +20,7 @@ import structlog
 
 from koordqos import observability as obs
 from koordqos.config import FailurePolicy, NRISettings
+from koordqos.decisions import DecisionLog
 from koordqos.errors import ConfigError, KoordQoSError, TimeoutException
 from koordqos.events.bus import EventBus
 from koordqos.events.types import Event, NRIConnectionChanged
@@ -28,6 +29,7 @@ from koordqos.nri import metrics as m
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.busypoll import spare_cpu
 from koordqos.nri.connection import ConnectionClosedError, NRIConnection
+from koordqos.nri.convert import resources_from_nri, summary
 from koordqos.nri.limits import RuntimeObjectLimits
 from koordqos.nri.mask import (
     DEFAULT_EVENTS,
@@ -84,8 +86,10 @@ class NRIPlugin:
         socket_fd: int | None = None,
         rng: random.Random | None = None,
         busy_poll_gate: Callable[[], bool] | None = None,
+        decisions: DecisionLog | None = None,
     ) -> None:
         self.bus = bus
+        self.decisions = decisions  # unsolicited updates are decisions (and nothing is sent in dry-run)
         self.settings = settings
         self.handler = handler
         self.failure_policy: FailurePolicy = failure_policy
@@ -140,10 +144,14 @@ class NRIPlugin:
     async def update_containers(
         self, updates: Sequence[api.ContainerUpdate], timeout: float | None = None
     ) -> list[api.ContainerUpdate]:
-        """Send unsolicited UpdateContainers; returns the updates the runtime failed to apply."""
+        """Send unsolicited UpdateContainers; returns the updates the runtime failed to apply. Each update is
+        a decision (`decisions`); in dry-run it is recorded as such and nothing is sent."""
         s = self.session
         if s is None or not s.registered or s.conn is None or not s.conn.is_open:
             raise NRINotConnectedError("NRI plugin is not registered with a runtime")
+        if self.decisions is not None and self.decisions.dry_run:
+            self._record_updates(updates, set(), dry=True)
+            return []
         req = api.UpdateContainersRequest(update=list(updates))
         try:
             resp = await s.conn.call(
@@ -154,7 +162,27 @@ class NRIPlugin:
         if resp.status.code:
             raise KoordQoSError(f"UpdateContainers failed: {resp.status.message} (code {resp.status.code})")
         out = parse_payload(api.UpdateContainersResponse, resp.payload, "UpdateContainersResponse")
-        return list(out.failed)
+        failed = list(out.failed)
+        self._record_updates(updates, {u.container_id for u in failed}, dry=False)
+        return failed
+
+    def _record_updates(self, updates: Sequence[api.ContainerUpdate], failed: set[str], dry: bool) -> None:
+        """One decision per update, named by the container NodeState knows ("<ns>/<pod>/<container>")."""
+        if self.decisions is None:
+            return
+        state = self.bus.state
+        for u in updates:
+            ctr = state.containers.get(u.container_id)
+            sb = state.sandboxes.get(ctr.sandbox_id) if ctr is not None else None
+            target = (
+                f"{sb.namespace}/{sb.name}/{ctr.name}"
+                if ctr is not None and sb is not None
+                else f"container {u.container_id}"
+            )
+            res = resources_from_nri(u.linux.resources) if u.HasField("linux") else None
+            reason = "UpdateContainers" + (" (failed by the runtime)" if u.container_id in failed else "")
+            new = summary(res) if res is not None else ""
+            self.decisions.record("runtime-hooks", target, "nri-update", None, new, reason, dry_run=dry)
 
     # -- component --------------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from koordqos.events.types import (
     RuntimeSandboxRemoved,
     RuntimeSandboxUpserted,
     RuntimeSynchronized,
+    SourceSynced,
 )
 from koordqos.hooks.core import Call, call_deadline, start_call
 from koordqos.nri import metrics as m
@@ -460,6 +461,7 @@ class PluginSession:
         started = self._sync_started
         pods, containers = self._sync_pods, self._sync_containers
         self._sync_pods, self._sync_containers, self._sync_started = [], [], None
+        counts = len(pods), len(containers)  # the lists are emptied by `_release` below
         await self._replace_state(pods, containers)
         event = NRISynchronize(pods=pods, containers=containers, reconnect=self.plugin.syncs > 0)
         # The runtime's timeout_nano already has the time spent on earlier chunks taken off: measured from
@@ -477,8 +479,8 @@ class PluginSession:
         self.plugin.set_status("connected")
         log.info(
             "NRI synchronized",
-            pods=len(pods),
-            containers=len(containers),
+            pods=counts[0],
+            containers=counts[1],
             updates=updates,
             reconnect=event.reconnect,
         )
@@ -508,6 +510,9 @@ class PluginSession:
         # NodeState takes in the thousands of records at once (≈ 2 ms for 2,500): a step of its own
         await asyncio.sleep(0)
         self._publish(RuntimeSynchronized(tuple(sandboxes), tuple(records)))
+        # in the same step: no subscriber sees the runtime's pods without knowing that they are all of them
+        # (local mode's pods come from here: the reconciler's dangling-pod-dir step waits for it)
+        self._publish(SourceSynced("nri"))
         await asyncio.sleep(0)
 
     async def _shutdown(self, payload: BytesLike, received: float, timeout_nano: int) -> bytes:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,19 @@ import structlog
 from koordqos import observability as obs
 from koordqos.errors import ConfigError, KubeError, ModelError
 from koordqos.events.bus import EventBus, always
-from koordqos.events.types import Event, MetricTick, NodeUpdated, PodDeleted, PodsReplaced, PodUpserted
+from koordqos.events.types import (
+    Event,
+    MetricTick,
+    NodeUpdated,
+    PodDeleted,
+    PodsReplaced,
+    PodUpserted,
+    RuntimeSandbox,
+    RuntimeSandboxRemoved,
+    RuntimeSandboxUpserted,
+    RuntimeSynchronized,
+)
+from koordqos.kube.local import pod_from_sandbox
 from koordqos.kube.report import (
     REPORTS,
     NodeBatchPatcher,
@@ -305,7 +317,16 @@ class KubeletSources:
     configz_refresh_seconds: float = 300.0
 
 
-_NRT_TRIGGERS = (PodUpserted, PodDeleted, PodsReplaced, NodeUpdated)
+# the runtime's sandboxes count too (`TopologyReporter.node_pods`)
+_NRT_TRIGGERS = (
+    PodUpserted,
+    PodDeleted,
+    PodsReplaced,
+    NodeUpdated,
+    RuntimeSandboxUpserted,
+    RuntimeSandboxRemoved,
+    RuntimeSynchronized,
+)
 
 
 class TopologyReporter:
@@ -355,6 +376,7 @@ class TopologyReporter:
         # the inputs of the last computation: unchanged inputs reuse its result (the 3 s timer costs ~nothing)
         self._last_inputs: NRTInputs | None = None
         self._last_desired: NRTDesired | None = None
+        self._sandbox_pods: dict[str, tuple[RuntimeSandbox, PodInfo]] = {}  # sandbox id → its PodInfo
         bus.subscribe("nrt-triggers", self._on_change, *_NRT_TRIGGERS, immediate=always(self._on_change))
 
     def _on_change(self, event: Event, state: NodeState) -> None:
@@ -397,37 +419,36 @@ class TopologyReporter:
             self._configz = None
         return self._configz
 
-    async def compute(self, state: NodeState | None = None) -> NRTDesired | None:
-        """The NRT content now (None when the node facts contradict each other: logged once)."""
-        state = self.bus.state if state is None else state
-        checkpoint = self._checkpoint()
-        explicit = self.kubelet.explicit
-        kubelet = choose(
-            explicit,
-            None if explicit is not None else await self._from_configz(),
-            from_checkpoint(checkpoint) if checkpoint is not None else None,
-        )
-        if kubelet is None:
-            self._warn_once(
-                # no kubelet to ask is normal in local mode: not a problem
-                "no-kubelet",
-                "kubelet CPU manager unknown; its NRT annotations are left as they are",
-                level="info",
-            )
-        elif kubelet.source == "checkpoint" and kubelet.policy == "static":
-            self._warn_once(
-                "static-no-reserved", "kubelet static CPU policy from the checkpoint: reservedCPUs unknown"
-            )
-        inputs = NRTInputs(
-            node_name=self.node_name,
-            node=state.node,
-            topology=self.topology,
-            hardware=self.hardware,
-            pods=tuple(state.pods.values()),
-            kubelet=kubelet,
-            checkpoint=checkpoint,
-            hugepage_report=self.hugepage_report,
-        )
+    def node_pods(self, state: NodeState) -> tuple[PodInfo, ...]:
+        """The pods the NRT is computed from: NodeState's (the API server's; local mode's from NRI), then the
+        runtime's sandboxes no PodInfo stands for yet. The NRI Synchronize delivers them before the local pod
+        source or the API server has: a pod pinned to CPUs holds them from the moment it runs, and the
+        CPUSetAllocator answering that Synchronize must leave them out of the share pools already."""
+        pods = state.pods
+        memo = self._sandbox_pods
+        kept: dict[str, tuple[RuntimeSandbox, PodInfo]] = {}
+        extra: list[PodInfo] = []
+        for sb in state.sandboxes.values():
+            hit = memo.get(sb.id)
+            if hit is None or hit[0] is not sb:
+                hit = (sb, pod_from_sandbox(sb, self.node_name))
+            kept[sb.id] = hit
+            if hit[1].uid not in pods:
+                extra.append(hit[1])
+        self._sandbox_pods = kept
+        return (*pods.values(), *extra)
+
+    def desired_for(self, state: NodeState) -> NRTDesired | None:
+        """The NRT content of `state` with the kubelet facts of the last round, synchronously (the
+        CPUSetAllocator's share pools, computed from the state a reconcile pass or the NRI Synchronize plans
+        from); None before the first round asked the kubelet, or when the node facts contradict each other."""
+        last = self._last_inputs
+        if last is None:
+            return None
+        return self._desired(replace(last, node=state.node, pods=self.node_pods(state)))
+
+    def _desired(self, inputs: NRTInputs) -> NRTDesired | None:
+        """`desired(inputs)`, reusing the last result for equal inputs (the 3 s timer then costs ~nothing)."""
         last = self._last_inputs
         if (
             last is not None
@@ -448,6 +469,40 @@ class TopologyReporter:
             self._warn_once(problem, "pod ignored for the CPU share pools", problem=problem)
         self._last_inputs, self._last_desired = inputs, want
         return want
+
+    async def compute(self, state: NodeState | None = None) -> NRTDesired | None:
+        """The NRT content now (None when the node facts contradict each other: logged once)."""
+        checkpoint = self._checkpoint()
+        explicit = self.kubelet.explicit
+        kubelet = choose(
+            explicit,
+            None if explicit is not None else await self._from_configz(),
+            from_checkpoint(checkpoint) if checkpoint is not None else None,
+        )
+        if kubelet is None:
+            self._warn_once(
+                # no kubelet to ask is normal in local mode: not a problem
+                "no-kubelet",
+                "kubelet CPU manager unknown; its NRT annotations are left as they are",
+                level="info",
+            )
+        elif kubelet.source == "checkpoint" and kubelet.policy == "static":
+            self._warn_once(
+                "static-no-reserved", "kubelet static CPU policy from the checkpoint: reservedCPUs unknown"
+            )
+        # the state after the awaits above: what is pushed to the hooks (`on_topology`) is of the state now
+        state = self.bus.state if state is None else state
+        inputs = NRTInputs(
+            node_name=self.node_name,
+            node=state.node,
+            topology=self.topology,
+            hardware=self.hardware,
+            pods=self.node_pods(state),
+            kubelet=kubelet,
+            checkpoint=checkpoint,
+            hugepage_report=self.hugepage_report,
+        )
+        return self._desired(inputs)
 
     async def round(self) -> ReportRecord | None:
         """Recompute; publish pools; write when changed or due for a resync."""

@@ -37,6 +37,8 @@ def build_qos_manager(
     topology: CpuTopology | None,
     evictor: Evictor | None,
     recorder: Any = None,  # the (rate-limited) Event recorder, cluster mode only
+    psi: Any = None,  # the PSI collector (gate PSICollector or PSIInterference)
+    node_marker: Any = None,  # the Node condition/taint writer, cluster mode only
 ) -> QoSManager:
     """The QoS manager component over every registered strategy."""
     from koordqos.strategies.framework import QoSManager, StrategyEnv
@@ -53,5 +55,7 @@ def build_qos_manager(
         topology=topology,
         evictor=evictor,
         events=recorder,
+        psi=psi,
+        node_marker=node_marker,
     )
     return QoSManager(env, bus, build_all(), status=status)

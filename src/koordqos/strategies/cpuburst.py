@@ -13,6 +13,7 @@ carry the node state as their reason; writes go through the cgroup executor (cac
 
 from __future__ import annotations
 
+import errno
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -379,10 +380,11 @@ class CPUBurstStrategy:
             results = await executor.apply_sequential(NAME, writes, reason)
             report.results += results
             ok = _clean(results)
-            if attempt or self._burst_capped_at_quota or ok:
+            if attempt or self._burst_capped_at_quota or ok or not _kernel_refused(results):
                 return ok
-            # The first refused burst on this kernel: mainline rejects burst > quota. From now on every
-            # burst is capped at the base quota (said once), and this pod is retried right away.
+            # The kernel's own EINVAL for a burst (mainline rejects burst > quota), not a refused path or
+            # another error: from now on every burst is capped at the base quota (said once), and this pod
+            # is retried right away.
             self._burst_capped_at_quota = True
             CPU_BURST_SKIPPED.labels("burst-capped-at-quota").inc()
             log.warning(
@@ -455,6 +457,11 @@ def _drain(steps: Iterator[BurstState | None]) -> BurstState:
         if step is not None:
             return step
     raise AssertionError("node_state_steps ended without a result")
+
+
+def _kernel_refused(results: Sequence[WriteResult]) -> bool:
+    """Whether the kernel itself rejected a burst value (EINVAL on the write)."""
+    return any(r.outcome is Outcome.FAILED and r.error_code == errno.EINVAL for r in results)
 
 
 def _clean(results: Sequence[WriteResult]) -> bool:

@@ -39,6 +39,7 @@ from koordqos.strategies.intents import (
     level_of,
 )
 from koordqos.strategies.suppressevents import node_reference, suppress_event
+from koordqos.strategies.suppresssamples import FirstSampleWait
 from koordqos.strategies.suppresssmoothing import (
     QuotaHysteresis,
     suppress_usage,
@@ -135,6 +136,10 @@ class SuppressInputs:
     reserved_milli: int = 0
     be_cpu_manager: bool = False  # gate BECPUManager
     hysteresis_percent: float = 0.0  # --cpu-suppress-hysteresis-percent (0: koordlet's 1 % bypass only)
+    tighten_milli: int = 0  # held below the target by this much, not below the floor (the PSI rule)
+    awaiting_sample: tuple[
+        str, ...
+    ] = ()  # running BE pods whose first CPU sample is to come (suppresssamples)
 
 
 # -- pure calculations ---------------------------------------------------------------------------------------
@@ -158,6 +163,17 @@ def be_suppress_milli(
     if min_percent is not None:
         suppress = max(suppress, capacity_milli * min_percent // 100)
     return suppress
+
+
+def suppress_floor(capacity_milli: int, cfg: SuppressConfig) -> int:
+    """The least BE suppress can go to: the NodeSLO's minimum, else the policy's floor (the minimum quota;
+    BE_MIN_CPUSET_CORES CPUs)."""
+    policy_floor = (
+        BE_MIN_QUOTA * 1000 // CFS_PERIOD if cfg.policy is Policy.CFS_QUOTA else BE_MIN_CPUSET_CORES * 1000
+    )
+    if cfg.min_percent is not None:
+        return max(policy_floor, capacity_milli * cfg.min_percent // 100)
+    return policy_floor
 
 
 def quota_target(suppress_milli: int) -> int:
@@ -238,6 +254,8 @@ class SuppressPlan:
     writes: list[CgroupWrite] = field(default_factory=list)
     suppress_milli: int | None = None
     skipped: str = ""
+    own_milli: int | None = None  # the target before the PSI rule's tightening
+    floor_milli: int = 0  # the least it can be: the NodeSLO's minimum, the quota or cpuset floor
 
 
 class CPUSuppress:
@@ -289,8 +307,15 @@ class CPUSuppress:
         if inp.node_used is None:
             out.skipped = "node cpu usage unavailable"
             return out
+        if inp.awaiting_sample:
+            # their CPU is in the node's usage but not yet in theirs: it would count as system usage
+            waited = inp.awaiting_sample
+            out.skipped = (
+                f"waiting for the first CPU sample of {len(waited)} BE pods: {', '.join(waited[:3])}"
+            )
+            return out
         capacity = inp.node.capacity.get("cpu", 0)
-        non_be = self._non_be(inp.pods)
+        non_be = self.non_be(inp.pods)
         pod_non_be, app_non_be, system = calculate_filter_pods_used(
             inp.node_used,
             inp.reserved_milli / 1000,
@@ -306,6 +331,9 @@ class CPUSuppress:
             capacity, cfg.threshold_percent, pod_non_be, app_non_be, system, cfg.min_percent
         )
         BE_SUPPRESS_LS_USED.set(pod_non_be + app_non_be + system)
+        out.own_milli, out.floor_milli = suppress, suppress_floor(capacity, cfg)
+        if inp.tighten_milli > 0:
+            suppress = max(out.floor_milli, suppress - inp.tighten_milli)
         out.suppress_milli = suppress
         if not inp.processors:
             out.skipped = "node cpu info unavailable"
@@ -333,7 +361,7 @@ class CPUSuppress:
         self._pending[group] = key
         return not self._full and group in self.landed and self.landed[group] == key
 
-    def _non_be(self, pods: Mapping[str, PodInfo]) -> dict[str, bool]:
+    def non_be(self, pods: Mapping[str, PodInfo]) -> dict[str, bool]:
         """`non_be_pod` of every pod by uid, memoised per pods mapping (1,000 pods: ~1 ms each round)."""
         if self._non_be_of is not pods:
             self._non_be_flags = {uid: non_be_pod(pod) for uid, pod in pods.items()}
@@ -359,6 +387,9 @@ class CPUSuppress:
         self.hysteresis.percent = inp.hysteresis_percent
         new = self.hysteresis.decide(new, quota_target(suppress_milli), inp.be_quota, capacity_milli)
         if new is None:
+            # the cap in force stays: exported too (after a restart over a suppressed node nothing is written)
+            if inp.be_quota != UNSET_QUOTA:
+                BE_SUPPRESS_CORES.labels(Policy.CFS_QUOTA.value).set(inp.be_quota / CFS_PERIOD)
             return []
         BE_SUPPRESS_CORES.labels(Policy.CFS_QUOTA.value).set(new / CFS_PERIOD)
         return [
@@ -587,6 +618,7 @@ def assemble_inputs(
     pod_used: Mapping[str, float],
     be_dirs: Sequence[BEDir],
     pod_dirs: Mapping[str, str],
+    awaiting_sample: tuple[str, ...] = (),
 ) -> SuppressInputs:
     """SuppressInputs from the usage and BE dirs a caller gathered, plus what state and env give directly."""
     node = state.node
@@ -608,6 +640,8 @@ def assemble_inputs(
         reserved_milli=node.reserved()["cpu"] if node is not None else 0,
         be_cpu_manager=env.config.gate("BECPUSuppress") and env.config.gate("BECPUManager"),
         hysteresis_percent=env.config.qos.cpu_suppress_hysteresis_percent,
+        tighten_milli=env.tightening.milli,
+        awaiting_sample=awaiting_sample,
     )
 
 
@@ -629,6 +663,7 @@ class CPUSuppressStrategy:
         self._walked_for: tuple[tuple[str, tuple[str, ...]], ...] | None = None
         self._be_dirs: tuple[BEDir, ...] = ()
         self.walks = 0  # BE dir walks made (for tests and the benchmark)
+        self.first_samples = FirstSampleWait()
 
     def enabled(self, config: AgentConfig) -> bool:
         """Gate BECPUSuppress and a positive interval."""
@@ -662,7 +697,13 @@ class CPUSuppressStrategy:
             self._be_dirs = tuple(await env.be_cpuset_dirs_paced(CONTAINER_DEPTH, pace))
             self._walked_for = self._be_key
             self.walks += 1
-        return assemble_inputs(state, env, node_used, pod_used, self._be_dirs, self._be_pod_dirs)
+        wait = self.first_samples
+        wait.rounds = env.config.qos.cpu_suppress_new_pod_wait_rounds
+        non_be = self.core.non_be(pods)
+        awaiting = wait.waiting(
+            pods, lambda pod: non_be.get(pod.uid) is False, pod_used, env.clock(), env.collect_interval
+        )
+        return assemble_inputs(state, env, node_used, pod_used, self._be_dirs, self._be_pod_dirs, awaiting)
 
     async def run_once(self, state: NodeState, env: StrategyEnv) -> None:
         """Plan from the current state and metrics, then write through the executor.
@@ -678,6 +719,7 @@ class CPUSuppressStrategy:
         await asyncio.sleep(0)  # the inputs and the plan are two slices
         plan = self.core.plan(inp, full=full)
         self.last_plan = plan
+        env.tightening.suppress_milli, env.tightening.floor_milli = plan.own_milli, plan.floor_milli
         await asyncio.sleep(0)  # ... and the plan and the writes
         writes = plan.writes
         if full:  # re-check the files themselves, not the executor's cache of what it wrote

@@ -27,6 +27,7 @@ from koordqos.errors import CgroupError
 from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.host import HostActuator
+from koordqos.metrics.psi import PSISnapshot
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import CpuTopology
 from koordqos.model.pod import PodInfo
@@ -86,6 +87,33 @@ class EventSink(Protocol):
     ) -> bool: ...
 
 
+class NodeMarker(Protocol):
+    """Marks the Node (kube; None in local mode): a condition and a PreferNoSchedule taint, set or cleared."""
+
+    async def mark(self, condition: str, taint_key: str, reason: str, message: str) -> bool: ...
+
+    async def unmark(self, condition: str, taint_key: str, reason: str, message: str) -> bool: ...
+
+
+class PSISource(Protocol):
+    """The PSI collector's newest round (None until its first)."""
+
+    @property
+    def last(self) -> PSISnapshot | None: ...
+
+
+@dataclass
+class SuppressTightening:
+    """How far below its own target CPU suppress is held (the PSI interference rule sets it).
+
+    CPU suppress subtracts `milli` from its target each round and notes the untightened target and its floor
+    here, so the rule knows how much room is left."""
+
+    milli: int = 0
+    suppress_milli: int | None = None  # CPU suppress's own target last round (None: not acting)
+    floor_milli: int = 0
+
+
 class QoSStrategy(Protocol):
     """A QoS strategy: a name, whether it runs (gates + interval), its interval, and one round."""
 
@@ -134,6 +162,9 @@ class StrategyEnv:
     topology: CpuTopology | None = None
     evictor: Evictor | None = None
     events: EventSink | None = None  # cluster mode only
+    psi: PSISource | None = None  # gate PSICollector
+    node_marker: NodeMarker | None = None  # cluster mode only
+    tightening: SuppressTightening = field(default_factory=SuppressTightening)
     clock: Callable[[], float] = time.monotonic
     _warned: SeenOnce[str] = field(default_factory=SeenOnce)
 

@@ -38,6 +38,7 @@ ORDER = (
     "MemoryEvict",
     "ResctrlReconcile",
     "SystemConfigReconcile",
+    "PSIInterference",  # koordqos's own (docs/psi.md), after koordlet's
 )
 
 
@@ -48,6 +49,7 @@ def _register_builtin() -> None:
     from koordqos.strategies.cpusuppress import CPUSuppressStrategy
     from koordqos.strategies.memoryevict import MemoryEvictStrategy
     from koordqos.strategies.memoryqos import CgroupReconcileStrategy
+    from koordqos.strategies.psirule import PSIInterferenceStrategy
     from koordqos.strategies.resctrl import ResctrlReconcileStrategy
     from koordqos.strategies.sysconfig import SystemConfigStrategy
 
@@ -57,6 +59,7 @@ def _register_builtin() -> None:
     register("CPUEvict", CPUEvictStrategy)
     register("CPUSuppress", CPUSuppressStrategy)
     register("MemoryEvict", MemoryEvictStrategy)
+    register("PSIInterference", PSIInterferenceStrategy)
     register("ResctrlReconcile", ResctrlReconcileStrategy)
     register("SystemConfigReconcile", SystemConfigStrategy)
 

@@ -1,7 +1,10 @@
 """SyntheticNode: a fake node directory (cgroup tree, /proc, /sys) for tests, benchmarks and demos.
 
-It lays out what the kernel would show under `--cgroup-root`, `--proc-root` and `--sys-root`: cgroup v1
-(per-subsystem dirs) or v2 (unified), with systemd or cgroupfs naming, pod and container dirs with the
+It lays out what the kernel would show under `--cgroup-root`, `--proc-root` and `--sys-root`: cgroup v1 as
+systemd mounts it on most nodes (by default: `cpu,cpuacct` and `net_cls,net_prio` co-mounted, with the links
+`cpu`, `cpuacct`, `net_cls`, `net_prio` to them; `V1Mounts.SEPARATE` gives one dir per controller, as some
+hosts mount them), hybrid (v1 and systemd's `unified` v2 mount) or v2 (unified), with systemd or cgroupfs
+naming, pod and container dirs with the
 files the agent reads and writes, and counters a test can advance (`add_cpu_usage`, `advance_node_cpu`,
 `add_throttling`, `set_memory`).
 
@@ -16,6 +19,7 @@ synthetic node's.
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -28,6 +32,17 @@ from koordqos.model.qos import KubeQoS
 
 GiB = 1 << 30
 V1_SUBSYSTEMS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
+
+
+class V1Mounts(enum.StrEnum):
+    """How the v1 controllers are mounted: co-mounted pairs behind links (systemd), or one dir each."""
+
+    SYSTEMD = "systemd"
+    SEPARATE = "separate"
+
+
+# systemd's co-mounted hierarchies and the links it makes to them
+CO_MOUNTED = {"cpu,cpuacct": ("cpu", "cpuacct"), "net_cls,net_prio": ("net_cls", "net_prio")}
 _LRU = ("inactive_anon", "active_anon", "inactive_file", "active_file", "unevictable")
 # memory.stat as the kernel lays it out (the five LRU lists on consecutive lines; v1's totals last), all 0
 V1_MEMORY_STAT = "".join(f"{k} 0\n" for k in ("cache", "rss", *_LRU)) + "".join(
@@ -81,10 +96,14 @@ class SyntheticNode:
         cpus: int = 4,
         memory_total: int = 16 * GiB,
         extensions: Iterable[str] = (),
+        v1_mounts: V1Mounts = V1Mounts.SYSTEMD,
+        hybrid: bool = False,
     ) -> None:
         self.base = Path(base)
         self.version = version
         self.driver = driver
+        self.v1_mounts = v1_mounts
+        self.hybrid = hybrid and version is CgroupVersion.V1
         self.cpus = cpus
         self.extensions = frozenset(extensions)
         self.cgroup_root = self.base / "cgroup"
@@ -93,9 +112,30 @@ class SyntheticNode:
         self._busy = 0
         self._idle = 0
         self.layout = CgroupLayout(
-            self.cgroup_root, version, driver, proc_root=self.proc_root, sys_root=self.sys_root
+            self.cgroup_root,
+            version,
+            driver,
+            hybrid=self.hybrid,
+            proc_root=self.proc_root,
+            sys_root=self.sys_root,
         )
         self._build(memory_total)
+        self.layout.resolve_controllers()
+
+    @property
+    def hierarchies(self) -> tuple[str, ...]:
+        """The real v1 hierarchy dirs under the cgroup root (links not included); ("",) on v2."""
+        if self.version is CgroupVersion.V2:
+            return ("",)
+        if self.v1_mounts is V1Mounts.SEPARATE:
+            return V1_SUBSYSTEMS
+        return ("cpu,cpuacct", "cpuset", "memory", "blkio", "net_cls,net_prio")
+
+    def describe(self) -> str:
+        """The node's shape in a word or two: "v1-systemd", "v1-separate", "hybrid", "v2"."""
+        if self.version is CgroupVersion.V2:
+            return "v2"
+        return "hybrid" if self.hybrid else f"v1-{self.v1_mounts}"
 
     # -- construction --------------------------------------------------------------------------------------
 
@@ -105,8 +145,16 @@ class SyntheticNode:
             (self.cgroup_root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
             (self.cgroup_root / "cpu.stat").write_text("usage_usec 0\nuser_usec 0\nsystem_usec 0\n")
         else:
-            for sub in V1_SUBSYSTEMS:
+            for sub in self.hierarchies:
                 (self.cgroup_root / sub).mkdir(exist_ok=True)
+            if self.v1_mounts is V1Mounts.SYSTEMD:
+                for target, links in CO_MOUNTED.items():
+                    for link in links:
+                        (self.cgroup_root / link).symlink_to(target)  # relative, as systemd makes them
+            if self.hybrid:
+                unified = self.cgroup_root / "unified"
+                unified.mkdir(exist_ok=True)
+                (unified / "cgroup.controllers").write_text("\n")  # systemd's v2 mount: no controllers
             self._files("", root=True)
         for rel in self.layout.qos_dirs():
             self.make_cgroup(rel)
@@ -193,11 +241,8 @@ class SyntheticNode:
 
     def make_cgroup(self, rel: str) -> None:
         """Create a cgroup dir (in every subsystem on v1) with default files."""
-        if self.version is CgroupVersion.V1:
-            for sub in V1_SUBSYSTEMS:
-                self._dir(rel, sub).mkdir(parents=True, exist_ok=True)
-        else:
-            self._dir(rel, "").mkdir(parents=True, exist_ok=True)
+        for sub in self.hierarchies:
+            self._dir(rel, sub).mkdir(parents=True, exist_ok=True)
         self._files(rel)
 
     def add_pod(self, pod: PodInfo) -> str:
@@ -213,8 +258,7 @@ class SyntheticNode:
         """Remove a cgroup dir (and what is under it) in every subsystem."""
         import shutil
 
-        subs = V1_SUBSYSTEMS if self.version is CgroupVersion.V1 else ("",)
-        for sub in subs:
+        for sub in self.hierarchies:
             shutil.rmtree(self._dir(rel, sub), ignore_errors=True)
 
     def pod_dir(self, uid: str, kube_qos: KubeQoS) -> str:
@@ -306,6 +350,25 @@ class SyntheticNode:
             f"MemTotal:       {total // 1024} kB\nMemFree:        {free // 1024} kB\n"
             f"MemAvailable:   {available // 1024} kB\nBuffers:        0 kB\nCached:         0 kB\n",
         )
+
+    def set_pressure(
+        self, rel: str | None, resource: str, some_us: int, full_us: int | None = None, avg10: float = 0.0
+    ) -> None:
+        """A PSI file: the node's `<proc>/pressure/<resource>` (rel None) or a cgroup's `<resource>.pressure`
+        (v2: in the hierarchy; hybrid: in `unified/`), cumulative stall totals in µs (averages `avg10`)."""
+        avgs = f"avg10={avg10:.2f} avg60={avg10:.2f} avg300={avg10:.2f}"
+        text = f"some {avgs} total={some_us}\n"
+        if full_us is not None:
+            text += f"full {avgs} total={full_us}\n"
+        if rel is None:
+            (self.proc_root / "pressure").mkdir(parents=True, exist_ok=True)
+            overwrite(self.proc_root / "pressure" / resource, text)
+        elif self.hybrid:
+            d = self.cgroup_root / "unified" / rel
+            d.mkdir(parents=True, exist_ok=True)
+            overwrite(d / f"{resource}.pressure", text)
+        else:
+            overwrite(self.path(rel, "cpu", f"{resource}.pressure"), text)
 
     # -- more of the host: threads, resctrl, sysctls, block devices ----------------------------------------
 

@@ -49,10 +49,22 @@ class Scratch:
         """A cgroupfs v1 layout of the real root."""
         return CgroupLayout(self.root, CgroupVersion.V1, CgroupDriver.CGROUPFS)
 
-    def mkcg(self, rel: str) -> str:
-        """Create `name/rel` in every subsystem (cpuset dirs get their parent's cpus and mems first)."""
-        full = f"{self.name}/{rel}" if rel else self.name
+    def hierarchies(self) -> list[str]:
+        """The subsystems to make dirs in, one per mounted hierarchy (systemd co-mounts cpu and cpuacct
+        behind links: `cpu,cpuacct` is one hierarchy, made once)."""
+        seen: set[str] = set()
+        out = []
         for sub in REAL_SUBSYSTEMS:
+            real = os.path.realpath(self.root / sub)
+            if real not in seen:
+                seen.add(real)
+                out.append(sub)
+        return out
+
+    def mkcg(self, rel: str) -> str:
+        """Create `name/rel` in every hierarchy (cpuset dirs get their parent's cpus and mems first)."""
+        full = f"{self.name}/{rel}" if rel else self.name
+        for sub in self.hierarchies():
             d = self.root / sub / full
             d.mkdir()
             if sub == "cpuset":
@@ -71,5 +83,5 @@ class Scratch:
 
     def cleanup(self) -> None:
         """Remove every scratch dir."""
-        for sub in REAL_SUBSYSTEMS:
+        for sub in self.hierarchies():
             remove_tree(self.root / sub / self.name)

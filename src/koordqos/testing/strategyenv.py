@@ -32,12 +32,13 @@ def strategy_env(
 ) -> StrategyEnv:
     """Every part not given is built over `layout` (the host actuator under the layout's proc/sys roots)."""
     decisions = DecisionLog() if decisions is None else decisions
+    executor = CgroupExecutor(layout, decisions, clock=clock) if executor is None else executor
     return StrategyEnv(
         config=AgentConfig() if config is None else config,
         decisions=decisions,
         layout=layout,
-        reader=CgroupReader(layout) if reader is None else reader,
-        executor=CgroupExecutor(layout, decisions, clock=clock) if executor is None else executor,
+        reader=CgroupReader(layout, dry_run_files=executor.dry_run_files) if reader is None else reader,
+        executor=executor,
         store=MetricStore(600, 1.0, clock=clock) if store is None else store,
         host=HostActuator(decisions, proc_root=Path(layout.proc_root), sys_root=Path(layout.sys_root))
         if host is None

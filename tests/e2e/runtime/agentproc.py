@@ -125,6 +125,8 @@ class Agent:
         wait_until_sync(
             lambda: self.readyz().get("nri_connected") is True, timeout, POLL, "the agent's NRI connection"
         )
+        assert self.proc is not None
+        self.tree.check_view(self.proc.pid)  # and it runs in the cgroup view the stack was built with
 
     def stop(self, timeout: float = 15.0) -> int | None:
         proc = self.proc

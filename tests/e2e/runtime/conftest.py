@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from .cgview import SEPARATE, Layout
 from .prereq import REQUIRED_ENV, RUN_ENV, Toolchain, Unavailable, build_toolchain, missing_prerequisite
 from .stack import Stack
 from .stack import stack as make_stack
@@ -53,7 +54,10 @@ def tools() -> Toolchain:
 
 
 @pytest.fixture
-def rt(tools: Toolchain) -> Iterator[Stack]:
-    """containerd (with the documented NRI section) running on a fresh scratch cgroup tree; no agent yet."""
-    with make_stack(tools) as st:
+def rt(tools: Toolchain, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    """containerd (with the documented NRI section) running on a fresh scratch cgroup tree; no agent yet.
+    The cgroup view's layout is `separate` unless a test parametrizes it:
+    `@pytest.mark.parametrize("rt", LAYOUTS, indirect=True)` runs it in both (cgview.py)."""
+    layout: Layout = getattr(request, "param", SEPARATE)
+    with make_stack(tools, layout) as st:
         yield st

@@ -7,16 +7,36 @@ import json
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from koordqos.testing.poll import ConditionTimeout, wait_until_sync
 
 from .agentproc import Agent
-from .cgview import CgroupTree
+from .cgview import CGROUP_MNT, SEPARATE, CgroupTree, Layout, host_cgroup_listing
 from .containerd import Containerd
 from .cri import CRI
-from .prereq import Toolchain
+from .prereq import POLL, Toolchain
+
+T = TypeVar("T")
+
+
+def wait_reading(read: Callable[[], T], ok: Callable[[T], bool], timeout: float, what: str) -> T:
+    """Poll `read()` until `ok` holds for its value, which is returned; on the deadline the failure names
+    the last value read (so a report says what the kernel file held, not only that it timed out)."""
+    last: list[T] = []
+
+    def check() -> bool:
+        last[:] = [read()]
+        return ok(last[0])
+
+    try:
+        wait_until_sync(check, timeout, POLL, what)
+    except ConditionTimeout as exc:
+        raise ConditionTimeout(f"{exc}; last read: {last[0]!r}" if last else str(exc)) from None
+    return last[0]
 
 
 @dataclass
@@ -49,10 +69,14 @@ class Stack:
 
 
 @contextlib.contextmanager
-def stack(tools: Toolchain) -> Iterator[Stack]:
-    """Build the stack; everything is stopped and removed afterwards, also when the test fails."""
+def stack(tools: Toolchain, layout: Layout = SEPARATE) -> Iterator[Stack]:
+    """Build the stack with its cgroup view in `layout`; everything is stopped and removed afterwards, also
+    when the test fails. The host's /sys/fs/cgroup tmpfs must be as it was: a stack that changed it fails."""
+    host_before = host_cgroup_listing()
     workdir = Path(tempfile.mkdtemp(prefix="kqe2e-", dir="/tmp"))  # short: unix socket paths ≤ 107 bytes
-    tree = CgroupTree()
+    view_dir = workdir / "cgview"
+    view_dir.mkdir()
+    tree = CgroupTree(layout=layout, view_dir=view_dir)
     containerd = Containerd(tools, tree, workdir)
     cri = CRI(tools["CRICTL"], containerd.address, workdir)
     st = Stack(tools, workdir, tree, containerd, cri)
@@ -60,6 +84,8 @@ def stack(tools: Toolchain) -> Iterator[Stack]:
     try:
         tree.create()
         containerd.start(cri)
+        assert containerd.proc is not None
+        tree.check_view(containerd.proc.pid)
         containerd.import_images()
         yield st
     except BaseException:
@@ -76,5 +102,13 @@ def stack(tools: Toolchain) -> Iterator[Stack]:
         shutil.rmtree(workdir, ignore_errors=True)
         if workdir.exists():
             problems.append(f"{workdir} not removed")
+        host_after = host_cgroup_listing()
+        if host_after != host_before:
+            problems.append(f"the host's {CGROUP_MNT} changed: {host_before} -> {host_after}")
         if problems:
             sys.stderr.write("e2e-runtime cleanup: " + "; ".join(problems) + "\n")
+    # reached whenever the body did not raise into the generator: a pytest fixture's teardown always (a
+    # test's failure is not thrown into its fixtures); otherwise the cleanup line above reported it
+    assert host_after == host_before, f"the host's {CGROUP_MNT} changed: {host_before} -> {host_after}"
+    if "cpu,cpuacct" not in dict(host_before):  # this machine: the systemd view's name is not the host's
+        assert "cpu,cpuacct" not in dict(host_after), f"{CGROUP_MNT}/cpu,cpuacct created on the host"

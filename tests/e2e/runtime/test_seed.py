@@ -4,7 +4,9 @@ A BE pod with batch resources (koordinator's `node.koordinator.sh/extended-resou
 is what a pod seen only through NRI carries) gets `cpu.cfs_quota_us`, `cpu.shares` and
 `memory.limit_in_bytes` from them, in its pod cgroup and in its running container's cgroup. The values
 asked through the CRI are the kubelet's BestEffort ones (shares 2, no quota, no memory limit), so without
-koordqos connected every assertion below fails.
+koordqos connected every assertion below fails. The local-mode test and its control run in both cgroup
+views (cgview.py): this machine's separate mounts and systemd's `cpu -> cpu,cpuacct` layout, where the pod
+cgroup's values can only come from the agent writing through the link (runc applies the container's).
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import pytest
 
 from koordqos.testing.poll import wait_until_sync
 
+from .cgview import LAYOUTS
 from .cri import BE_RESOURCES, SLEEP, PodSpec
 from .prereq import POLL
-from .stack import Stack
+from .stack import Stack, wait_reading
 
 pytestmark = pytest.mark.e2e_runtime
 MI = 1 << 20
@@ -52,6 +55,7 @@ def batch_values(rt: Stack, rel: str) -> tuple[int, int, int]:
     )
 
 
+@pytest.mark.parametrize("rt", LAYOUTS, indirect=True)
 def test_be_pod_gets_batch_limits_in_real_cgroups(rt: Stack) -> None:
     agent = rt.agent()
     agent.start()
@@ -70,11 +74,11 @@ def test_be_pod_gets_batch_limits_in_real_cgroups(rt: Stack) -> None:
     assert str(pid) in rt.tree.read("cpu", ctr_dir, "cgroup.procs").split()  # it is the live container's
 
     # the pod cgroup: written by the agent at RunPodSandbox (and kept by the reconciler)
-    wait_until_sync(
-        lambda: batch_values(rt, pod.cgroup_dir) == (200000, 1536, 256 * MI),
+    wait_reading(
+        lambda: batch_values(rt, pod.cgroup_dir),
+        lambda v: v == (200000, 1536, 256 * MI),
         20,
-        POLL,
-        "pod-level batch limits",
+        "pod-level batch limits (cfs quota, shares, memory limit)",
     )
 
     # the agent saw it all through NRI
@@ -84,6 +88,7 @@ def test_be_pod_gets_batch_limits_in_real_cgroups(rt: Stack) -> None:
     assert agent.metric("koordqos_nri_requests_total", method="CreateContainer") >= 1
 
 
+@pytest.mark.parametrize("rt", LAYOUTS, indirect=True)
 def test_without_koordqos_the_same_pod_gets_plain_values(rt: Stack) -> None:
     """The control: what containerd and runc alone make of the same request (no agent connected)."""
     pod = be_pod("control")

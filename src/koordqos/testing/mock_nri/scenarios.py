@@ -141,7 +141,9 @@ def colocation(node_dir: Path) -> Scenario:
             "Synchronize: batch-job/worker gets cpu.shares 1024 and a 2 GiB memory limit from its batch "
             "resources (no per-pod quota: with cpuSuppressPolicy cfsQuota the BE tier is capped as a whole)",
             "Synchronize: db/postgres (LSR) is pinned to cpus 0-1 by its resource-status annotation",
-            "reconcile: cpu.bvt_warp_ns 2 for web (LS), db (LSR) and their QoS dirs, -1 for batch-job (BE)",
+            "Synchronize: web/nginx (LS) gets the share pool, cpus 2-3 (the CPUs db does not hold)",
+            "reconcile: cpu.bvt_warp_ns 2 for web (LS), db (LSR), their containers and QoS dirs, -1 for "
+            "batch-job (BE)",
             "CPUSuppress: kubepods/besteffort cpu.cfs_quota_us -1 -> 260000 (65 % of 4 CPUs on an idle node)",
         ],
     )
