@@ -230,7 +230,9 @@ class NodeSLOSource:
         self.invalid_count = 0
         self._valid: ValidatedNodeSLO | None = None  # the last verdict: its fields are the last valid values
         self._unknown_seen: SeenOnce[str] = SeenOnce()
-        self._field_seen: SeenOnce[tuple[str, str, str]] = SeenOnce()
+        # the problems of the last verdict: a problem is reported when it appears (a relist of the same
+        # object repeats none; the same bad value after a valid one is a new rejection)
+        self._reported: frozenset[tuple[str, str, str]] = frozenset()
         self._synced = False
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -259,6 +261,7 @@ class NodeSLOSource:
         """Use koordlet's defaults."""
         log.info("using default NodeSLO", node=self.node_name, reason=why)
         self._valid = None
+        self._reported = frozenset()
         await self._publish(default_nodeslo())
 
     async def apply(self, raw: dict[str, Any]) -> None:
@@ -284,8 +287,11 @@ class NodeSLOSource:
             return
         self._valid = verdict
         self.last_error = "; ".join(p.describe() for p in verdict.problems)
+        reported = frozenset(_problem_key(p) for p in verdict.problems)
         for problem in verdict.problems:
-            self._report_field(raw, problem)
+            if _problem_key(problem) not in self._reported:
+                self._report_field(raw, problem)
+        self._reported = reported
         self._warn_unknown(raw)
         await self._publish(verdict.slo)
 
@@ -302,9 +308,7 @@ class NodeSLOSource:
         task.add_done_callback(self._tasks.discard)
 
     def _report_field(self, raw: Mapping[str, Any], problem: FieldProblem) -> None:
-        """A rejected field: logged, counted and an Event once per distinct problem (path, value, rule)."""
-        if not self._field_seen.first((problem.path, problem.value, problem.valid)):
-            return
+        """A rejected field: logged, counted and an Event, once each time the problem appears."""
         NODESLO_INVALID_FIELDS.labels(self.source).inc()
         obs.ERRORS.labels("nodeslo", "invalid-field").inc()
         log.error(
@@ -335,6 +339,10 @@ class NodeSLOSource:
         if not self._synced:
             self._synced = True
             await self.bus.publish(SourceSynced("nodeslo"))
+
+
+def _problem_key(problem: FieldProblem) -> tuple[str, str, str]:
+    return (problem.path, problem.value, problem.valid)
 
 
 def _spec_key(slo: NodeSLO) -> dict[str, Any]:
