@@ -34,8 +34,9 @@ from koordqos.kube.watch import WatchEvent
 from koordqos.model.node import NodeInfo, parse_node
 from koordqos.model.nodeslo import NodeSLO, default_nodeslo
 from koordqos.model.nodeslo_lint import nodeslo_unknown_keys
-from koordqos.model.nodeslo_validate import FieldProblem, ValidatedNodeSLO, validate_nodeslo
+from koordqos.model.nodeslo_validate import ValidatedNodeSLO, validate_nodeslo
 from koordqos.model.pod import PodInfo, parse_pod
+from koordqos.model.wirevalue import FieldProblem
 from koordqos.once import SeenOnce
 
 if TYPE_CHECKING:
@@ -287,9 +288,9 @@ class NodeSLOSource:
             return
         self._valid = verdict
         self.last_error = "; ".join(p.describe() for p in verdict.problems)
-        reported = frozenset(_problem_key(p) for p in verdict.problems)
+        reported = frozenset(p.key for p in verdict.problems)
         for problem in verdict.problems:
-            if _problem_key(problem) not in self._reported:
+            if problem.key not in self._reported:
                 self._report_field(raw, problem)
         self._reported = reported
         self._warn_unknown(raw)
@@ -339,10 +340,6 @@ class NodeSLOSource:
         if not self._synced:
             self._synced = True
             await self.bus.publish(SourceSynced("nodeslo"))
-
-
-def _problem_key(problem: FieldProblem) -> tuple[str, str, str]:
-    return (problem.path, problem.value, problem.valid)
 
 
 def _spec_key(slo: NodeSLO) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from koordqos.model.wirevalue import INT64_MAX, INT64_MIN
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -71,9 +73,6 @@ def model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation, False
     return None, False
-
-
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def range_rule(info: FieldInfo, value: Any) -> str | None:

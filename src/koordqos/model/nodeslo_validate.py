@@ -17,7 +17,6 @@ the overlay, so an invalid list item keeps the last valid list).
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,6 +36,7 @@ from koordqos.model.nodeslo import (
     object_metadata,
     replace_disabled,
 )
+from koordqos.model.wirevalue import FieldProblem, short
 
 API_VERSION: Final = "slo.koordinator.sh/v1alpha1"
 KIND: Final = "NodeSLO"
@@ -70,22 +70,6 @@ class NotANodeSLO(ModelError):
 
 
 @dataclass(frozen=True, slots=True)
-class FieldProblem:
-    """One rejected field: `spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent: out of range: 150
-    (valid: [0, 100])`."""
-
-    path: str  # wire names, `spec.` first for an object
-    what: str  # "out of range", "wrong type", "unknown value", "missing"
-    value: str  # the value as JSON (shortened); "" when missing
-    valid: str  # the rule
-
-    def describe(self) -> str:
-        """`<path>: <what>: <value> (valid: <rule>)`."""
-        got = f": {self.value}" if self.value else ""
-        return f"{self.path}: {self.what}{got} (valid: {self.valid})"
-
-
-@dataclass(frozen=True, slots=True)
 class ValidatedNodeSLO:
     """The NodeSLO to apply (merged with the defaults), the fields rejected on the way, and the corrected
     overlay before the None templates: the last valid values the next document falls back to."""
@@ -93,15 +77,6 @@ class ValidatedNodeSLO:
     slo: NodeSLO
     problems: tuple[FieldProblem, ...]
     overlay: Mapping[str, Any]
-
-
-def short(value: Any) -> str:
-    """A value as shortened JSON (`150`, `"65"`, `NaN`, `{"a": 1}`)."""
-    try:
-        text = json.dumps(value, default=str)
-    except ValueError:  # a circular structure: not from JSON, but never raise on data
-        text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _is_slo_controller_config(doc: Mapping[str, Any]) -> bool:
