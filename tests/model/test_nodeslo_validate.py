@@ -293,3 +293,22 @@ def test_any_json_in_any_field_gives_a_nodeslo_that_validates_clean(
     for problem in v.problems:
         assert problem.path.startswith("spec.")
         assert not any(word in problem.describe() for word in PYDANTIC_WORDS)
+
+
+@pytest.mark.parametrize("value", [2.0, -0.0, False], ids=["float-equal-to-default", "minus-zero", "bool"])
+def test_a_wrong_typed_value_equal_to_its_default_is_rejected_alone(value: Any) -> None:
+    # 2.0 == 2, -0.0 == 0 and False == 0 in Python: such a value was never reverted, and the whole NodeSLO
+    # fell back to its last valid values (the threshold's `enable: true` below was lost)
+    field = "groupIdentity" if value == 2 else "schedIdle"
+    v = validate_nodeslo(
+        nodeslo(
+            {
+                **threshold({"enable": True}),
+                "resourceQOSStrategy": {"lsrClass": {"cpuQOS": {field: value}}},
+            }
+        )
+    )
+    assert [p.path for p in v.problems] == [f"spec.resourceQOSStrategy.lsrClass.cpuQOS.{field}"]
+    t = v.slo.resource_used_threshold_with_be
+    assert t is not None
+    assert t.enable is True

@@ -46,9 +46,12 @@ MemoryQOSPolicy = Literal["", "default", "none", "auto"]
 # Value ranges of Koordinator's NodeSLO CRD (percent fields 0-100, the CPU QoS values), as JSON-schema
 # keywords on the fields. `parse_nodeslo` checks types only; `validate_nodeslo` (koordqos.model.
 # nodeslo_validate), which both the agent and `config validate` use, rejects a value outside its range and
-# keeps the field's last valid value (docs/nodeslo-validation.md).
+# keeps the field's last valid value (docs/nodeslo.md). The ranges are the CRD's kubebuilder markers and,
+# where the CRD has none, the `validate` tags koord-manager checks the same fields with.
 PERCENT: dict[str, Any] = {"minimum": 0, "maximum": 100}
 NON_NEGATIVE: dict[str, Any] = {"minimum": 0}
+POSITIVE: dict[str, Any] = {"minimum": 1}
+SWITCH: dict[str, Any] = {"minimum": 0, "maximum": 1}  # the 0/1 kernel switches
 
 
 # -- resourceUsedThresholdWithBE ---------------------------------------------------------------------------
@@ -81,7 +84,7 @@ class ResourceThresholdStrategy(_Spec):
         None, alias="cpuEvictBEUsageThresholdPercent", json_schema_extra=PERCENT
     )
     cpu_evict_time_window_seconds: int | None = Field(
-        None, alias="cpuEvictTimeWindowSeconds", json_schema_extra=NON_NEGATIVE
+        None, alias="cpuEvictTimeWindowSeconds", json_schema_extra=POSITIVE
     )
     cpu_evict_threshold_percent: int | None = Field(
         None, alias="cpuEvictThresholdPercent", json_schema_extra=PERCENT
@@ -126,11 +129,15 @@ class MemoryQOS(_Spec):
     low_limit_percent: int | None = Field(None, alias="lowLimitPercent", json_schema_extra=PERCENT)
     throttling_percent: int | None = Field(None, alias="throttlingPercent", json_schema_extra=PERCENT)
     wmark_ratio: int | None = Field(None, alias="wmarkRatio", json_schema_extra=PERCENT)
-    wmark_scale_permill: int | None = Field(None, alias="wmarkScalePermill")
-    wmark_min_adj: int | None = Field(None, alias="wmarkMinAdj")
-    priority_enable: int | None = Field(None, alias="priorityEnable")
-    priority: int | None = None
-    oom_kill_group: int | None = Field(None, alias="oomKillGroup")
+    wmark_scale_permill: int | None = Field(
+        None, alias="wmarkScalePermill", json_schema_extra={"minimum": 1, "maximum": 1000}
+    )
+    wmark_min_adj: int | None = Field(
+        None, alias="wmarkMinAdj", json_schema_extra={"minimum": -25, "maximum": 50}
+    )
+    priority_enable: int | None = Field(None, alias="priorityEnable", json_schema_extra=SWITCH)
+    priority: int | None = Field(None, json_schema_extra={"minimum": 0, "maximum": 12})
+    oom_kill_group: int | None = Field(None, alias="oomKillGroup", json_schema_extra=SWITCH)
     page_cache_limit_size: IntOrString | None = Field(None, alias="pageCacheLimitSize")
     page_cache_limit_percent: int | None = Field(
         None, alias="pageCacheLimitPercent", json_schema_extra=PERCENT
@@ -152,24 +159,24 @@ class ResctrlQOS(_Spec):
 class IOCfg(_Spec):
     """blkio settings of one block device."""
 
-    read_iops: int | None = Field(None, alias="readIOPS")
-    write_iops: int | None = Field(None, alias="writeIOPS")
-    read_bps: int | None = Field(None, alias="readBPS")
-    write_bps: int | None = Field(None, alias="writeBPS")
+    read_iops: int | None = Field(None, alias="readIOPS", json_schema_extra=NON_NEGATIVE)
+    write_iops: int | None = Field(None, alias="writeIOPS", json_schema_extra=NON_NEGATIVE)
+    read_bps: int | None = Field(None, alias="readBPS", json_schema_extra=NON_NEGATIVE)
+    write_bps: int | None = Field(None, alias="writeBPS", json_schema_extra=NON_NEGATIVE)
     io_weight_percent: int | None = Field(
         None, alias="ioWeightPercent", json_schema_extra={"minimum": 1, "maximum": 100}
     )
-    read_latency: int | None = Field(None, alias="readLatency")
-    write_latency: int | None = Field(None, alias="writeLatency")
+    read_latency: int | None = Field(None, alias="readLatency", json_schema_extra=NON_NEGATIVE)
+    write_latency: int | None = Field(None, alias="writeLatency", json_schema_extra=NON_NEGATIVE)
     read_latency_percent: int | None = Field(None, alias="readLatencyPercent", json_schema_extra=PERCENT)
     write_latency_percent: int | None = Field(None, alias="writeLatencyPercent", json_schema_extra=PERCENT)
     enable_user_model: bool | None = Field(None, alias="enableUserModel")
-    model_read_bps: int | None = Field(None, alias="modelReadBPS")
-    model_write_bps: int | None = Field(None, alias="modelWriteBPS")
-    model_read_seq_iops: int | None = Field(None, alias="modelReadSeqIOPS")
-    model_write_seq_iops: int | None = Field(None, alias="modelWriteSeqIOPS")
-    model_read_rand_iops: int | None = Field(None, alias="modelReadRandIOPS")
-    model_write_rand_iops: int | None = Field(None, alias="modelWriteRandIOPS")
+    model_read_bps: int | None = Field(None, alias="modelReadBPS", json_schema_extra=POSITIVE)
+    model_write_bps: int | None = Field(None, alias="modelWriteBPS", json_schema_extra=POSITIVE)
+    model_read_seq_iops: int | None = Field(None, alias="modelReadSeqIOPS", json_schema_extra=POSITIVE)
+    model_write_seq_iops: int | None = Field(None, alias="modelWriteSeqIOPS", json_schema_extra=POSITIVE)
+    model_read_rand_iops: int | None = Field(None, alias="modelReadRandIOPS", json_schema_extra=POSITIVE)
+    model_write_rand_iops: int | None = Field(None, alias="modelWriteRandIOPS", json_schema_extra=POSITIVE)
 
 
 class BlockCfg(_Spec):
@@ -242,9 +249,15 @@ class CPUBurstConfig(_Spec):
     """CPU burst settings; also the pod annotation `koordinator.sh/cpuBurst` (merged field by field)."""
 
     policy: CPUBurstPolicy | None = None
-    cpu_burst_percent: int | None = Field(None, alias="cpuBurstPercent", json_schema_extra=NON_NEGATIVE)
-    cfs_quota_burst_percent: int | None = Field(None, alias="cfsQuotaBurstPercent")
-    cfs_quota_burst_period_seconds: int | None = Field(None, alias="cfsQuotaBurstPeriodSeconds")
+    cpu_burst_percent: int | None = Field(
+        None, alias="cpuBurstPercent", json_schema_extra={"minimum": 0, "maximum": 10000}
+    )
+    cfs_quota_burst_percent: int | None = Field(
+        None, alias="cfsQuotaBurstPercent", json_schema_extra={"minimum": 100}
+    )
+    cfs_quota_burst_period_seconds: int | None = Field(
+        None, alias="cfsQuotaBurstPeriodSeconds", json_schema_extra={"minimum": -1}
+    )
 
 
 class CPUBurstStrategy(CPUBurstConfig):
@@ -258,12 +271,16 @@ class CPUBurstStrategy(CPUBurstConfig):
 class SystemStrategy(_Spec):
     """`spec.systemStrategy`: host sysctls and sched features."""
 
-    min_free_kbytes_factor: int | None = Field(None, alias="minFreeKbytesFactor")
-    watermark_scale_factor: int | None = Field(None, alias="watermarkScaleFactor")
-    memcg_reap_back_ground: int | None = Field(None, alias="memcgReapBackGround")
+    min_free_kbytes_factor: int | None = Field(None, alias="minFreeKbytesFactor", json_schema_extra=POSITIVE)
+    watermark_scale_factor: int | None = Field(
+        None, alias="watermarkScaleFactor", json_schema_extra={"minimum": 1, "maximum": 400}
+    )
+    memcg_reap_back_ground: int | None = Field(None, alias="memcgReapBackGround", json_schema_extra=SWITCH)
     sched_group_identity_enabled: int | None = Field(None, alias="schedGroupIdentityEnabled")
     sched_idle_saver_wmark: int | None = Field(None, alias="schedIdleSaverWmark")
-    page_cache_limit_enabled: int | None = Field(None, alias="pageCacheLimitEnabled")
+    page_cache_limit_enabled: int | None = Field(
+        None, alias="pageCacheLimitEnabled", json_schema_extra=SWITCH
+    )
     total_network_bandwidth: IntOrString | None = Field(None, alias="totalNetworkBandwidth")
     sched_features: dict[str, bool] | None = Field(None, alias="schedFeatures")
 

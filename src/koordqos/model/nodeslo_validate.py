@@ -279,10 +279,22 @@ def _revert(merged: dict[str, Any], unit: Path, fallback: Mapping[str, Any]) -> 
     before = _lookup(fallback, unit)
     if before is _MISSING:
         return parent.pop(key, _MISSING) is not _MISSING
-    if key in parent and parent[key] == before:
+    if key in parent and _identical(parent[key], before):
         return False
     parent[key] = copy.deepcopy(before)
     return True
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Equal as JSON values of the same types: `0.0`, `-0.0` and `false` are not `0` (Python's == says they
+    are, and a wrong-typed value equal to its default was never reverted: the whole NodeSLO fell back)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Mapping):
+        return a.keys() == b.keys() and all(_identical(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 def _merged(

@@ -398,6 +398,7 @@ class TopologyReporter:
         self._configz: KubeletCPUManager | None = None
         self._configz_at: float | None = None
         self._said: SeenOnce[str] = SeenOnce()
+        self._nrt_problems: frozenset[tuple[str, str, str]] = frozenset()  # of the NRT last read
         self._wake = asyncio.Event()
         self._checkpoint_text: str | None = None
         self._checkpoint_state: CheckpointState | None = None
@@ -550,7 +551,15 @@ class TopologyReporter:
         if want == self._written and not due:
             return self.last
         node: NodeInfo | None = self.bus.state.node
-        out: WriteOutcome = await self.writer.sync(modifier(want, self.node_name, node.uid if node else ""))
+        found: list[FieldProblem] = []
+        out: WriteOutcome = await self.writer.sync(
+            modifier(want, self.node_name, node.uid if node else "", found)
+        )
+        # the problems of the object read (once each even when a conflict made it read again)
+        unique = tuple({p.key: p for p in found}.values())
+        self._nrt_problems = report_invalid_fields(
+            "NodeResourceTopology", unique, self._nrt_problems, node=self.node_name
+        )
         written_at = self.last.written_at if self.last is not None else ""
         if out.outcome in ("written", "unchanged"):
             self._written = want
