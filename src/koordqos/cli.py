@@ -81,24 +81,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+#: top-level keys that make a file a NodeSLO document (an object, a bare spec or a ConfigMap given instead)
+_NODESLO_KEYS = frozenset(
+    {
+        "kind",
+        "apiVersion",
+        "spec",
+        "data",
+        "resourceUsedThresholdWithBE",
+        "resourceQOSStrategy",
+        "cpuBurstStrategy",
+        "systemStrategy",
+        "extensions",
+        "hostApplications",
+    }
+)
+
+
 def validate_file(path: Path) -> int:
-    """Validate a NodeSLO (kind: NodeSLO) or AgentConfig file; print `ok` or precise errors."""
-    from koordqos.model.nodeslo import parse_nodeslo
-    from koordqos.model.nodeslo_lint import nodeslo_findings
+    """Validate a NodeSLO (an object or a bare spec) or an AgentConfig file; print `ok` or precise errors.
+
+    A NodeSLO goes through the agent's own validator (`validate_nodeslo`): what it reports here is what the
+    agent refuses to apply. Unknown keys are errors here too (the agent warns and ignores them: a cluster may
+    carry newer CRD fields; in a file being checked they are mistakes)."""
+    from koordqos.model.nodeslo_lint import nodeslo_unknown_keys
+    from koordqos.model.nodeslo_validate import validate_nodeslo
 
     tree: Any = read_config_file(path)
     if not tree:
         raise ConfigError(f"{path}: empty file: expected a NodeSLO or an agent config")
-    if tree.get("kind") == "NodeSLO" or "resourceUsedThresholdWithBE" in tree or "spec" in tree:
+    if _NODESLO_KEYS.intersection(tree):
         try:
-            parse_nodeslo(tree)
-        except (ModelError, ConfigError) as exc:
-            raise ConfigError(f"{path}: invalid NodeSLO: {exc}") from None
-        findings = nodeslo_findings(tree)
-        if findings:
-            # the agent only warns about unknown keys (a cluster may carry newer fields) and leaves ranges to
-            # the strategies, as koordlet does; in a file being checked they are mistakes
-            raise ConfigError(f"{path}: invalid NodeSLO: " + "; ".join(f.describe() for f in findings))
+            verdict = validate_nodeslo(tree)
+        except ModelError as exc:  # not a NodeSLO at all (kind, apiVersion, the slo-controller-config)
+            raise ConfigError(f"{path}: {exc}") from None
+        problems = [p.describe() for p in verdict.problems]
+        problems += [f.describe() for f in nodeslo_unknown_keys(tree)]
+        if problems:
+            raise ConfigError(f"{path}: invalid NodeSLO: " + "; ".join(problems))
         print(f"{path}: valid NodeSLO")
         return 0
     try:
