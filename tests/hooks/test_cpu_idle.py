@@ -110,3 +110,23 @@ async def test_on_this_kernel_an_idle_qos_dir_refuses_kubelets_shares_write_and_
         assert scratch.read(besteffort, "cpu", "cpu.shares") == "2"
     finally:
         scratch.cleanup()
+
+
+def test_an_idle_pod_gets_no_shares_write_and_idle_goes_before_shares() -> None:
+    """The kernel refuses cpu.shares / cpu.weight on an idle group (EINVAL; found in the v2 VM, where the
+    BE pod's BatchResource shares failed every reconcile once GroupIdentity's fallback made it idle), and
+    clearing cpu.idle resets the weight: no shares for an idle pod, and idle written before shares."""
+    from koordqos.hooks.completion import pod_writes
+
+    idle = _pod("BE", "kubepods/besteffort/podu")
+    idle.response.resources.cpu_idle = 1
+    idle.response.resources.cpu_shares = 1024
+    idle.response.resources.memory_limit = 1 << 30
+    assert [w.resource for w in pod_writes(idle)] == ["cpu.idle", "memory.limit_in_bytes"]
+    busy = _pod("BE", "kubepods/besteffort/podu")
+    busy.response.resources.cpu_idle = 0
+    busy.response.resources.cpu_shares = 1024
+    assert [(w.resource, w.value) for w in pod_writes(busy)] == [("cpu.idle", 0), ("cpu.shares", 1024)]
+    plain = _pod("BE", "kubepods/besteffort/podu")
+    plain.response.resources.cpu_shares = 1024
+    assert [w.resource for w in pod_writes(plain)] == ["cpu.shares"]
