@@ -123,6 +123,17 @@ def test_memory_qos(node: Node) -> None:
     assert int(read(db.ctr_dir, "memory.min")) == 128 * MiB
 
 
+def test_cpuset_share_pool_of_ls_containers(node: Node) -> None:
+    """CPUSetAllocator: with no LSR pod the share pool is every CPU; the reconciler writes it to the LS
+    containers' cpuset.cpus (on v2 an empty cpuset.cpus means "the parent's": the file must say it), and
+    the kernel's effective set follows."""
+    node.set_nodeslo()
+    for pod in (node.ls, node.db):
+        _wait_values(
+            node, pod.ctr_dir, {"cpuset.cpus": "0-1", "cpuset.cpus.effective": "0-1"}, "the share pool"
+        )
+
+
 def test_cpu_burst_is_capped_at_the_quota_by_the_kernel(node: Node) -> None:
     """cpuBurstOnly 200 %: 2 CPUs of burst for web's 1 CPU limit, but the kernel refuses a cpu.max.burst
     above the quota (EINVAL): the agent caps it at the quota and says so."""
