@@ -51,6 +51,7 @@ def _why_not() -> str | None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     why = _why_not()
     if why is None:
+        items.sort(key=_needs_node)  # the in-process tests first, while the agent starts (stable)
         return
     skip = pytest.mark.skip(reason=f"cgroup v2 guest test: {why}; run `python -m nox -s e2e-cgroupv2`")
     for item in items:
@@ -156,11 +157,21 @@ def _null_blk() -> str | None:
     return None if Path(NULL_BLK).exists() else f"no {NULL_BLK} after loading null_blk"
 
 
-@pytest.fixture(scope="session")
-def node() -> Iterator[Node]:
-    why = _why_not()
-    if why is not None:
-        pytest.skip(why)
+@dataclass
+class Prepared:
+    """The node laid out and the agent started, before the runtime announces the pods."""
+
+    agent: Agent
+    nodeslo_path: Path
+    be: Pod
+    ls: Pod
+    db: Pod
+    blkio: str | None
+
+
+def prepare() -> Prepared:
+    """Lay the node out on the real hierarchy and start the agent on it (the pods are announced later, by
+    the runtime: the agent's dirs and probes find the tree made, as on a node whose kubelet runs)."""
     blkio = _null_blk()
     work = Path(tempfile.mkdtemp(prefix="v2node-"))
     slo = work / "nodeslo.json"
@@ -195,13 +206,44 @@ def node() -> Iterator[Node]:
             "5",
         ],
     )
-    with ThreadedRuntime(work / "nri.sock") as runtime:
-        agent.start()
+    agent.start()
+    return Prepared(agent, slo, be, ls, db, blkio)
+
+
+_PREPARED: list[Prepared] = []
+
+
+def _needs_node(item: pytest.Item) -> bool:
+    return "node" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the agent as soon as the tests are known: its start-up (~15 s of imports under TCG) overlaps
+    the tests that need no agent, which run first."""
+    if _why_not() is None and any(_needs_node(item) for item in session.items):
+        _PREPARED.append(prepare())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for prepared in _PREPARED:  # the node fixture did not run (its tests were skipped): stop the agent
+        prepared.agent.stop()
+    _PREPARED.clear()
+    remove_tree("kubepods")
+
+
+@pytest.fixture(scope="session")
+def node() -> Iterator[Node]:
+    why = _why_not()
+    if why is not None:
+        pytest.skip(why)
+    p = _PREPARED.pop() if _PREPARED else prepare()
+    agent = p.agent
+    with ThreadedRuntime(agent.nri_socket) as runtime:
         try:
             wait(lambda: agent.readyz().get("nri_connected") is True, "the agent's NRI connection")
             runtime.call(runtime.rt.wait_joined(timeout=60))
-            replies = {pod.name: runtime.start_pod(pod) for pod in (db, ls, be)}
-            yield Node(agent, runtime, slo, be, ls, db, blkio, replies)
+            replies = {pod.name: runtime.start_pod(pod) for pod in (p.db, p.ls, p.be)}
+            yield Node(agent, runtime, p.nodeslo_path, p.be, p.ls, p.db, p.blkio, replies)
         finally:
             rc = agent.stop()
             print(f"\nagent exit code {rc}; log tail:\n{agent.log_tail(15)}")
