@@ -141,3 +141,105 @@ def test_run_help_shows_meaningful_metavars_and_every_default(capsys: pytest.Cap
         assert f"default {flag_default(flag)}" in text, flag.name
     assert "default /sys/fs/cgroup" in text
     assert "default 0.0.0.0:9316" in text
+
+
+# -- issue #32 part 5d: config validate is the agent's NodeSLO validator ------------------------------------
+
+NODESLO_HEAD = "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata:\n  name: node-1\n"
+
+
+def test_validate_rejects_what_koordinators_crd_rejects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "slo.yaml"
+    f.write_text(
+        NODESLO_HEAD
+        + "spec:\n"
+        + "  resourceUsedThresholdWithBE:\n    cpuSuppressThresholdPercent: '65'\n"
+        + "  resourceQOSStrategy:\n"
+        + "    lsClass:\n      resctrlQOS: {catRangeStartPercent: 60, catRangeEndPercent: 40}\n"
+        + "      memoryQOS: {wmarkRatio: 101}\n"
+        + "    beClass:\n      resctrlQOS: {catRangeEndPercent: 101, mbaPercent: 110}\n"
+    )
+    assert main(["config", "validate", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    for problem in (
+        'spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent: wrong type: "65" (valid: an integer)',
+        "spec.resourceQOSStrategy.lsClass.resctrlQOS.catRangeStartPercent: out of range: 60 "
+        "(valid: below catRangeEndPercent (40))",
+        "spec.resourceQOSStrategy.lsClass.memoryQOS.wmarkRatio: out of range: 101 (valid: [0, 100])",
+        "spec.resourceQOSStrategy.beClass.resctrlQOS.catRangeEndPercent: out of range: 101 (valid: [0, 100])",
+        "spec.resourceQOSStrategy.beClass.resctrlQOS.mbaPercent: out of range: 110 (valid: [0, 100])",
+    ):
+        assert problem in err
+    for pydantic_wording in ("Input should", "validation error", "type="):
+        assert pydantic_wording not in err
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        (
+            "apiVersion: slo.koordinator.sh/v1beta1\nkind: NodeSLO\n",
+            'apiVersion: not a NodeSLO\'s: "slo.koordinator.sh/v1beta1" '
+            '(valid: "slo.koordinator.sh/v1alpha1")',
+        ),
+        (
+            "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeMetric\n",
+            'kind: not a NodeSLO: "NodeMetric" (valid: "NodeSLO", apiVersion "slo.koordinator.sh/v1alpha1")',
+        ),
+    ],
+)
+def test_validate_rejects_a_wrong_api_version_or_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], head: str, expected: str
+) -> None:
+    f = tmp_path / "slo.yaml"
+    f.write_text(head + "spec: {}\n")
+    assert main(["config", "validate", str(f)]) == 2
+    assert capsys.readouterr().err.strip() == f"koordqos: error: {f}: {expected}"
+
+
+def test_validate_names_the_slo_controller_configmap_and_what_to_pass_instead(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "cm.yaml"
+    f.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: slo-controller-config\n"
+        "  namespace: koordinator-system\ndata:\n"
+        '  resource-threshold-config: \'{"clusterStrategy": {"enable": true}}\'\n'
+        "  resource-qos-config: '{}'\n"
+    )
+    assert main(["config", "validate", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err == (
+        f"koordqos: error: {f}: this is koord-manager's slo-controller-config ConfigMap (the cluster-wide "
+        "settings it renders every node's NodeSLO from), not a NodeSLO: pass a node's NodeSLO instead "
+        "(kubectl get nodeslo <node> -o yaml)"
+    )
+
+
+def test_validate_accepts_a_valid_nodeslo_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "slo.yaml"
+    f.write_text(
+        NODESLO_HEAD
+        + "spec:\n  resourceUsedThresholdWithBE: {enable: true, cpuSuppressThresholdPercent: 100}\n"
+        "  resourceQOSStrategy:\n    beClass:\n"
+        "      resctrlQOS: {catRangeStartPercent: 0, catRangeEndPercent: 100}\n"
+    )
+    assert main(["config", "validate", str(f)]) == 0
+    assert capsys.readouterr().out.strip() == f"{f}: valid NodeSLO"
+
+
+def test_validate_rejects_the_threshold_the_agent_refuses_with_the_same_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the agent's log line and counted error for this document name the same problem (test_nodeslo_in_force)
+    f = tmp_path / "slo.yaml"
+    f.write_text(NODESLO_HEAD + "spec:\n  resourceUsedThresholdWithBE: {cpuSuppressThresholdPercent: 150}\n")
+    assert main(["config", "validate", str(f)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"koordqos: error: {f}: invalid NodeSLO: "
+        "spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent: out of range: 150 (valid: [0, 100])"
+    )

@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -33,8 +32,10 @@ from koordqos.cgroups.roots import check_host_roots, missing_controllers, readin
 from koordqos.component import Component, FunctionComponent, ShutdownStep
 from koordqos.config import AgentConfig, parse_failure_policy
 from koordqos.decisions import DecisionLog
-from koordqos.errors import ConfigError, StartupError
+from koordqos.errors import ConfigError, KubeError, StartupError
 from koordqos.events.bus import EventBus
+from koordqos.events.synced import AfterSync, SyncGate
+from koordqos.features import inert_gates
 from koordqos.hooks import build_runtime_hooks
 from koordqos.hooks.core import HookCore
 from koordqos.hooks.reconcile_plan import CLUSTER_POD_SOURCES, LOCAL_POD_SOURCES
@@ -45,6 +46,7 @@ from koordqos.kube import KubeConnection, cluster_sources
 from koordqos.kube.eventlimit import RateLimitedRecorder
 from koordqos.kube.events import EventRecorder
 from koordqos.kube.evictor import Evictor
+from koordqos.kube.kubeconfig import check_source, find_source
 from koordqos.kube.local import LocalSources
 from koordqos.kube.nodemark import NodeMarker
 from koordqos.kube.sources import NodeSLOSource
@@ -141,7 +143,8 @@ def build_services(
         # on the running loop when the first reflector connects
         import kubernetes_asyncio.config  # noqa: F401
 
-        kube = KubeConnection(config.kube.kubeconfig)
+        source = find_source(config.kube.kubeconfig, os.environ)
+        kube = KubeConnection.of(source) if source is not None else KubeConnection(config.kube.kubeconfig)
         recorder = RateLimitedRecorder(kube.get, config.node_name)  # one Event per object and reason a minute
     evictor = Evictor(
         decisions,
@@ -219,21 +222,10 @@ def container_demand(cfg: AgentConfig, strategies_on: bool) -> ContainerDemand |
     return needed
 
 
-def cluster_mode_available(cfg: AgentConfig, env: dict[str, str] | None = None) -> bool:
-    """Whether a kubeconfig or an in-cluster service account is present."""
-    import os
-
-    env = dict(os.environ) if env is None else env
-    if cfg.kube.kubeconfig:
-        return True
-    if env.get("KUBECONFIG"):
-        return True
-    if Path(env.get("HOME", "/nonexistent"), ".kube", "config").exists():
-        return True
-    return (
-        bool(env.get("KUBERNETES_SERVICE_HOST"))
-        and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
-    )
+def cluster_mode_available(cfg: AgentConfig, env: Mapping[str, str] | None = None) -> bool:
+    """Whether a kubeconfig (flag, KUBECONFIG, ~/.kube/config) or an in-cluster service account is present
+    (`kube.kubeconfig.find_source`; whether it is usable is checked at start: `check_source`)."""
+    return find_source(cfg.kube.kubeconfig, os.environ if env is None else env) is not None
 
 
 class Supervisor:
@@ -553,6 +545,10 @@ class Agent:
         # unusable host roots: one error line (the CLI's), before anything is logged
         paths = self.config.paths
         check_host_roots(paths.cgroup_root, paths.proc_root, paths.sys_root)
+        if not self.local_mode:  # a kubeconfig that cannot select a cluster: one line, exit 2 (#32 5e)
+            source = find_source(self.config.kube.kubeconfig, os.environ)
+            if source is not None:
+                check_source(source)
         # the first log line announces the mode (before any package logs while it is built)
         log.info(
             "koordqos starting",
@@ -561,6 +557,13 @@ class Agent:
             dry_run=self.config.dry_run,
             event_loop="asyncio" if loop_factory(self.config.event_loop) is None else "uvloop",
         )
+        not_implemented, not_acted_on = inert_gates(self.config.feature_gates)
+        if not_implemented or not_acted_on:  # accepted (a koordlet DaemonSet's gates start koordqos), inert
+            log.warning(
+                "feature gates on that koordqos does not act on; they change nothing",
+                not_implemented=not_implemented,
+                not_acted_on_yet=not_acted_on,
+            )
         svc = build_services(self.config, self.local_mode, self.bus, self.decisions, self.status)
         self._services = svc
         if svc.kube is not None:
@@ -569,11 +572,28 @@ class Agent:
         comps: list[Component] = [FunctionComponent("bus", self.bus.run, essential=True), self.lag]
         if svc.layout.version is CgroupVersion.V1:  # systemd's controller links, looked at again
             comps.append(FunctionComponent("cgroup-controllers", svc.layout.watch_controllers))
-        self.components = comps + self.parts.components()
+        self.components = comps + self._after_sync(self.parts.components())
         # Start-up leaves ~80k long-lived objects (imports, models); a full collection of them costs 50-90 ms
         # on the loop. Freezing them once keeps every later GC pass short (bench/watch.py --gc-freeze).
         gc.collect()
         gc.freeze()
+
+    def _after_sync(self, components: list[Component]) -> list[Component]:
+        """The QoS strategies and the reconciler start once pods, Node and NodeSLO have synced once (#32 5e;
+        koordlet waits for its states informer): nothing they write comes from a partial view; with
+        `--runtime-hooks-wait-for-sync` the NRI plugin and the proxy too (koordlet's order). Only with the
+        agent's own sources (the `kube` package); without them whoever drives the bus is the source."""
+        if "kube" not in self.packages:
+            return components
+        parts = self.parts
+        gated: list[Component | None] = [parts.qos_manager, parts.reconciler]
+        if self.config.hooks.wait_for_sync:
+            gated += [parts.nri, parts.proxy]
+        acting = {id(c) for c in gated if c is not None}
+        if not acting:
+            return components
+        gate = SyncGate(self.bus, READY_SOURCES, self.status)
+        return [AfterSync(c, gate) if id(c) in acting else c for c in components]
 
     def _build_parts(self, svc: Services) -> Parts:
         cfg, on = self.config, self.packages
@@ -774,9 +794,11 @@ class Agent:
                 loop.add_signal_handler(sig, self.stop)
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
-        reporters = self.parts.reporters
-        if reporters is not None and reporters.batch is not None:
-            await reporters.batch.preflight()  # ConfigError (exit 2) when koord-manager owns batch resources
+        try:
+            await self._before_components()
+        except BaseException:
+            await self._close_listeners()
+            raise
         build_kind = describe_build()
         obs.BUILD_INFO.labels(__version__, build_kind).set(1)
         log.info("components starting", components=[c.name for c in self.components], build=build_kind)
@@ -790,6 +812,33 @@ class Agent:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
         log.info("koordqos stopped")
+
+    async def _before_components(self) -> None:
+        """What must hold before any component starts, each failure one line and exit 2 (ConfigError or
+        StartupError): the HTTP address and the proxy socket bound (a taken port exits before anything
+        acts), the cluster configuration loaded (not retried forever), and koord-manager not owning the
+        batch resources (`--batch-resource-source=agent`)."""
+        parts = self.parts
+        if parts.http is not None:
+            await parts.http.bind()
+        if parts.proxy is not None:
+            parts.proxy.bind()
+        kube = self._services.kube if self._services is not None else None
+        if kube is not None:
+            try:
+                await kube.get()  # the loader's own failures (exec plugin, certificates, in-cluster files)
+            except KubeError as exc:
+                raise ConfigError(str(exc)) from None
+        reporters = parts.reporters
+        if reporters is not None and reporters.batch is not None:
+            await reporters.batch.preflight()  # ConfigError (exit 2) when koord-manager owns batch resources
+
+    async def _close_listeners(self) -> None:
+        """Undo `_before_components`' binds when the agent stops before its components run."""
+        if self.parts.proxy is not None:
+            self.parts.proxy.unbind()
+        if self.parts.http is not None:
+            await self.parts.http.close()
 
     async def _run_components(self, loop: asyncio.AbstractEventLoop, tasks: list[asyncio.Task[None]]) -> None:
         """Supervise every component until `stop()`, then stop them within the shutdown timeout."""

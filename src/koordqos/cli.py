@@ -49,7 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        given, ignored = koordlet_terms(sys.argv[1:] if argv is None else argv)
+    except ConfigError as exc:
+        print(f"koordqos: error: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(given)
     try:
         if args.command == "version":
             from koordqos.build import describe
@@ -70,30 +75,50 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(options_from_args(args))
         if args.command == "report":
             return report_once(args)
-        return run_agent(args)
+        return run_agent(args, ignored)
     except KoordQoSError as exc:
         print(f"koordqos: error: {exc}", file=sys.stderr)
         return 2
 
 
+#: top-level keys that make a file a NodeSLO document (an object, a bare spec or a ConfigMap given instead)
+_NODESLO_KEYS = frozenset(
+    {
+        "kind",
+        "apiVersion",
+        "spec",
+        "data",
+        "resourceUsedThresholdWithBE",
+        "resourceQOSStrategy",
+        "cpuBurstStrategy",
+        "systemStrategy",
+        "extensions",
+        "hostApplications",
+    }
+)
+
+
 def validate_file(path: Path) -> int:
-    """Validate a NodeSLO (kind: NodeSLO) or AgentConfig file; print `ok` or precise errors."""
-    from koordqos.model.nodeslo import parse_nodeslo
-    from koordqos.model.nodeslo_lint import nodeslo_findings
+    """Validate a NodeSLO (an object or a bare spec) or an AgentConfig file; print `ok` or precise errors.
+
+    A NodeSLO goes through the agent's own validator (`validate_nodeslo`): what it reports here is what the
+    agent refuses to apply. Unknown keys are errors here too (the agent warns and ignores them: a cluster may
+    carry newer CRD fields; in a file being checked they are mistakes)."""
+    from koordqos.model.nodeslo_lint import nodeslo_unknown_keys
+    from koordqos.model.nodeslo_validate import validate_nodeslo
 
     tree: Any = read_config_file(path)
     if not tree:
         raise ConfigError(f"{path}: empty file: expected a NodeSLO or an agent config")
-    if tree.get("kind") == "NodeSLO" or "resourceUsedThresholdWithBE" in tree or "spec" in tree:
+    if _NODESLO_KEYS.intersection(tree):
         try:
-            parse_nodeslo(tree)
-        except (ModelError, ConfigError) as exc:
-            raise ConfigError(f"{path}: invalid NodeSLO: {exc}") from None
-        findings = nodeslo_findings(tree)
-        if findings:
-            # the agent only warns about unknown keys (a cluster may carry newer fields) and leaves ranges to
-            # the strategies, as koordlet does; in a file being checked they are mistakes
-            raise ConfigError(f"{path}: invalid NodeSLO: " + "; ".join(f.describe() for f in findings))
+            verdict = validate_nodeslo(tree)
+        except ModelError as exc:  # not a NodeSLO at all (kind, apiVersion, the slo-controller-config)
+            raise ConfigError(f"{path}: {exc}") from None
+        problems = [p.describe() for p in verdict.problems]
+        problems += [f.describe() for f in nodeslo_unknown_keys(tree)]
+        if problems:
+            raise ConfigError(f"{path}: invalid NodeSLO: " + "; ".join(problems))
         print(f"{path}: valid NodeSLO")
         return 0
     try:
@@ -119,8 +144,22 @@ def report_once(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_agent(args: argparse.Namespace) -> int:
+def koordlet_terms(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """`run` and `report` arguments as koordlet's DaemonSet writes them, in koordqos's terms
+    (`koordletargs.translate`), and the koordlet flags given that have no effect."""
+    from koordqos.config import FLAGS
+    from koordqos.koordletargs import translate
+
+    if not argv or argv[0] not in ("run", "report"):
+        return list(argv), []
+    done = translate(argv[1:], {f.name for f in FLAGS})
+    return [argv[0], *done.argv], done.ignored
+
+
+def run_agent(args: argparse.Namespace, ignored: Sequence[str] = ()) -> int:
     """Load config, set up logging, run the agent until SIGTERM/SIGINT."""
+    import structlog
+
     from koordqos.agent import Agent, loop_factory
     from koordqos.agent import run as run_on_loop
     from koordqos.logging import configure_logging
@@ -130,6 +169,10 @@ def run_agent(args: argparse.Namespace) -> int:
     configure_logging(cfg.log.format, cfg.log.level)
     agent = Agent(cfg)
     agent.build()
+    if ignored:  # accepted so a koordlet DaemonSet's arguments start koordqos; listed once
+        structlog.get_logger("koordqos.cli").warning(
+            "koordlet flags with no effect in koordqos", flags=list(ignored)
+        )
     run_on_loop(agent)
     return 0
 

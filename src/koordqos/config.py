@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from koordqos.errors import ConfigError
-from koordqos.features import parse_feature_gates
+from koordqos.features import NOT_ACTED_ON, NOT_IMPLEMENTED, parse_feature_gates
+from koordqos.koordletargs import markdown as koordlet_markdown
 from koordqos.model.duration import parse_go_duration
 
 FailurePolicy = Literal["Ignore", "Fail"]  # the one definition: hook core, NRI and proxy use it
@@ -86,6 +87,11 @@ class NRISettings(_Group):
     max_pod_sandboxes: int = Field(1024, ge=1)
     max_containers: int = Field(8192, ge=1)
 
+    @field_validator("connect_timeout_seconds", "backoff_seconds", "backoff_cap_seconds", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return _seconds(v)
+
     @field_validator("plugin_index")
     @classmethod
     def _two_digits(cls, v: str) -> str:
@@ -117,6 +123,14 @@ class HookSettings(_Group):
     proxy_max_message_bytes: int = Field(4 << 20, ge=1024)
     disable_unset_cpu_quota: bool = False
     disable_stages: tuple[str, ...] = ()
+    # koordlet serves NRI and the proxy only once its states informer synced; koordqos answers the runtime
+    # from the start (project decision, docs/security.md "Start-up"); true: koordlet's order
+    wait_for_sync: bool = False
+
+    @field_validator("reconcile_interval_seconds", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return _seconds(v)  # koordlet's --runtime-hooks-reconcile-interval=10s
 
     @field_validator("disable_stages", mode="before")
     @classmethod
@@ -213,6 +227,12 @@ class MetricsSettings(_Group):
     """Metrics collection and retention."""
 
     collect_interval_seconds: float = Field(1.0, gt=0)
+
+    @field_validator("collect_interval_seconds", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return _seconds(v)
+
     retention_seconds: float = Field(600.0, gt=0)
     # needed: a container's series only when a consumer reads them (project decision); all: koordlet's
     container_metrics: Literal["needed", "all"] = "needed"
@@ -322,6 +342,22 @@ class AgentConfig(_Group):
     dry_run: bool = False
     shutdown_timeout_seconds: float = Field(5.0, gt=0)
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    # hostMode: the host's paths (koordqos's defaults); dsMode: koordlet's DaemonSet container paths
+    agent_mode: Literal["hostMode", "dsMode"] = "hostMode"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_defaults(cls, data: Any) -> Any:
+        """dsMode: where koordlet's DaemonSet mounts the host (`NewDsModeConfig`), for every path not set."""
+        if not isinstance(data, Mapping) or data.get("agent_mode") != "dsMode":
+            return data
+        tree = {k: dict(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+        for dotted, value in DS_MODE_PATHS.items():
+            group, key = dotted.split(".")
+            sub = tree.setdefault(group, {})
+            if isinstance(sub, dict):
+                sub.setdefault(key, value)
+        return tree
 
     @field_validator("feature_gates", mode="before")
     @classmethod
@@ -339,6 +375,17 @@ class AgentConfig(_Group):
     def node_name(self) -> str:
         """This node's name (resolved: flag, then NODE_NAME, then hostname)."""
         return self.kube.node_name
+
+
+#: koordlet's DaemonSet container paths (`NewDsModeConfig`; the chart's mounts), `--agent-mode=dsMode`
+DS_MODE_PATHS: Mapping[str, str] = {
+    "paths.cgroup_root": "/host-cgroup/",
+    "paths.proc_root": "/proc/",
+    "paths.sys_root": "/host-sys/",
+    "nri.socket": "/host-var-run/nri/nri.sock",
+    "hooks.proxy_addr": "/host-var-run-koordlet/koordlet.sock",
+    "hooks.proxy_config_path": "/host-etc-hookserver/",
+}
 
 
 @dataclass(frozen=True)
@@ -379,6 +426,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("enable-nri", "nri.enabled", "serve runtime hooks over NRI", bool),
     Flag("nri-plugin-name", "nri.plugin_name", "NRI plugin name"),
     Flag("nri-plugin-index", "nri.plugin_index", "NRI plugin index (two digits)"),
+    Flag("nri-connect-timeout-seconds", "nri.connect_timeout_seconds", "NRI connect timeout", float),
+    Flag("nri-backoff-seconds", "nri.backoff_seconds", "first NRI reconnect backoff (doubling)", float),
     Flag("nri-backoff-cap-seconds", "nri.backoff_cap_seconds", "maximum NRI reconnect backoff", float),
     Flag(
         "nri-busy-poll-seconds",
@@ -447,6 +496,12 @@ FLAGS: tuple[Flag, ...] = (
         "runtime-hooks-disable-stages",
         "hooks.disable_stages",
         "proxy mode: stages left out of the runtime-proxy registration, comma-separated",
+    ),
+    Flag(
+        "runtime-hooks-wait-for-sync",
+        "hooks.wait_for_sync",
+        "serve NRI and the proxy only once pods, Node and NodeSLO synced (koordlet); default: from the start",
+        bool,
     ),
     Flag(
         "disable-unset-cpu-quota",
@@ -631,6 +686,15 @@ FLAGS: tuple[Flag, ...] = (
     Flag("log-level", "log.level", "log level", str, ("debug", "info", "warning", "error")),
     Flag("feature-gates", "feature_gates", "feature gates, e.g. BECPUEvict=true,CPUBurst=false"),
     Flag("dry-run", "dry_run", "record decisions, change nothing", bool),
+    Flag(
+        "agent-mode",
+        "agent_mode",
+        "default paths: hostMode (the host's) or dsMode (koordlet's DaemonSet container: /host-cgroup/,"
+        " /host-sys/, /host-var-run/nri/nri.sock, /host-var-run-koordlet/koordlet.sock,"
+        " /host-etc-hookserver/)",
+        str,
+        ("hostMode", "dsMode"),
+    ),
     Flag("shutdown-timeout-seconds", "shutdown_timeout_seconds", "graceful stop timeout", float),
     Flag(
         "event-loop",
@@ -839,5 +903,14 @@ def flags_markdown() -> str:
         + "\n".join(rows)
         + "\n\nFeature gates and their defaults (koordlet's names; `AllAlpha` / `AllBeta` set a stage):\n"
         + gates
-        + "\n"
+        + "\n\nOn, these change nothing (the agent warns once at start, listing them): not implemented "
+        + ", ".join(f"`{g}`" for g in NOT_IMPLEMENTED)
+        + "; not acted on yet "
+        + ", ".join(f"`{g}`" for g in NOT_ACTED_ON)
+        + ".\n\n## koordlet's flags\n\n"
+        "A koordlet DaemonSet's arguments start koordqos: Go's flag syntax is accepted (`-name=value`,\n"
+        "one dash or two), a koordqos flag spelled so is that flag, and koordlet's own names mean the\n"
+        "koordqos flag beside them (a koordqos flag given as well wins). Those with no effect are accepted\n"
+        "and listed once at start. `--agent-mode=dsMode` gives the paths of koordlet's DaemonSet container\n"
+        "as defaults.\n\n" + koordlet_markdown() + "\n"
     )

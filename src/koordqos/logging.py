@@ -37,4 +37,30 @@ def configure_logging(fmt: str = "auto", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=max(lvl, logging.WARNING), stream=sys.stderr, format="%(name)s: %(message)s")
+    # libraries log through the standard library (kubernetes-asyncio, aiohttp, asyncio): in the JSON format
+    # their lines are JSON objects too, with the logger's name, never plain text among the JSON lines
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                foreign_pre_chain=[
+                    structlog.stdlib.add_logger_name,
+                    structlog.processors.add_log_level,
+                    structlog.processors.TimeStamper(fmt="iso", utc=True),
+                ],
+                processors=[
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.dict_tracebacks,
+                    structlog.processors.JSONRenderer(),
+                ],
+            )
+        )
+    else:
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in root.handlers[:]:
+        if getattr(old, "_koordqos", False):
+            root.removeHandler(old)
+    handler._koordqos = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(max(lvl, logging.WARNING))

@@ -88,12 +88,13 @@ def koordinator_module_dir(version: str = KOORDINATOR_VERSION) -> Path:
 
 
 def koordinator_crds(version: str = KOORDINATOR_VERSION) -> list[dict[str, Any]]:
-    """Koordinator's own CustomResourceDefinitions the agent reads and writes (NodeSLO, NodeMetric,
-    NodeResourceTopology, Device), as the release ships them."""
+    """Every CustomResourceDefinition the release ships (the agent's KOORDINATOR_CRDS first: NodeSLO,
+    NodeMetric, NodeResourceTopology, Device; then the rest, which koord-manager needs to start)."""
     import yaml
 
     bases = koordinator_module_dir(version) / "config" / "crd" / "bases"
-    return [yaml.safe_load((bases / name).read_text()) for name in KOORDINATOR_CRDS]
+    rest = sorted(p.name for p in bases.glob("*.yaml") if p.name not in KOORDINATOR_CRDS)
+    return [yaml.safe_load((bases / name).read_text()) for name in (*KOORDINATOR_CRDS, *rest)]
 
 
 def module_version(module: str) -> str:

@@ -392,3 +392,24 @@ async def test_large_batches_yield_to_the_loop(node: SyntheticNode) -> None:
     assert {r.outcome for r in results} == {Outcome.CACHED}
     assert during_apply >= 4  # 450 intents, a turn every 100
     assert during_sequential >= 4
+
+
+async def test_a_cpu_idle_change_drops_the_cached_shares_of_the_dir(tmp_path: Path) -> None:
+    """The kernel sets the weight of a group whose cpu.idle changes (seen in the v2 VM: idle 1 puts
+    cpu.weight to 0, idle 0 back to 100): the next shares intent reads the file again, not the cache."""
+    node = SyntheticNode(tmp_path, CgroupVersion.V2, extensions=("cpu.idle",))
+    pod = "kubepods/besteffort/podu"
+    node.make_cgroup(pod)
+    ex, _, _ = make(node, force_update_seconds=60.0)
+    shares = CgroupWrite(pod, "cpu.shares", 1024)
+    assert (await ex.update("s", shares)).outcome is Outcome.WRITTEN
+    assert node.read(pod, "cpu", "cpu.weight") == "39"
+    assert (await ex.update("s", CgroupWrite(pod, "cpu.idle", 1))).outcome is Outcome.WRITTEN
+    node.write(pod, "cpu", "cpu.weight", 0)  # what the kernel does
+    assert (await ex.update("s", CgroupWrite(pod, "cpu.idle", 0))).outcome is Outcome.WRITTEN
+    node.write(pod, "cpu", "cpu.weight", 100)  # and back to the default
+    assert (await ex.update("s", shares)).outcome is Outcome.WRITTEN
+    assert node.read(pod, "cpu", "cpu.weight") == "39"
+    # an unchanged cpu.idle (no write) keeps the cache
+    assert (await ex.update("s", CgroupWrite(pod, "cpu.idle", 0))).outcome is Outcome.CACHED
+    assert (await ex.update("s", shares)).outcome is Outcome.CACHED

@@ -110,3 +110,55 @@ async def test_on_this_kernel_an_idle_qos_dir_refuses_kubelets_shares_write_and_
         assert scratch.read(besteffort, "cpu", "cpu.shares") == "2"
     finally:
         scratch.cleanup()
+
+
+def test_an_idle_pod_gets_no_shares_write_and_idle_goes_before_shares() -> None:
+    """The kernel refuses cpu.shares / cpu.weight on an idle group (EINVAL; found in the v2 VM, where the
+    BE pod's BatchResource shares failed every reconcile once GroupIdentity's fallback made it idle), and
+    clearing cpu.idle resets the weight: no shares for an idle pod, and idle written before shares."""
+    from koordqos.hooks.completion import pod_writes
+
+    idle = _pod("BE", "kubepods/besteffort/podu")
+    idle.response.resources.cpu_idle = 1
+    idle.response.resources.cpu_shares = 1024
+    idle.response.resources.memory_limit = 1 << 30
+    assert [w.resource for w in pod_writes(idle)] == ["cpu.idle", "memory.limit_in_bytes"]
+    busy = _pod("BE", "kubepods/besteffort/podu")
+    busy.response.resources.cpu_idle = 0
+    busy.response.resources.cpu_shares = 1024
+    assert [(w.resource, w.value) for w in pod_writes(busy)] == [("cpu.idle", 0), ("cpu.shares", 1024)]
+    plain = _pod("BE", "kubepods/besteffort/podu")
+    plain.response.resources.cpu_shares = 1024
+    assert [w.resource for w in pod_writes(plain)] == ["cpu.shares"]
+
+
+@pytest.mark.cgroupv1
+async def test_on_this_kernel_an_idle_pod_gets_its_batch_values_without_a_refused_write() -> None:
+    """This machine's v1 kernel, as the v2 VM's: GroupIdentity's fallback and BatchResource on a BE pod
+    dir (cpu.idle 1, shares 1024, memory limit) apply with no refused write; the idle dir refuses a
+    cpu.shares write, which is why none is made."""
+    reason = unavailable_reason()
+    if reason is None and not (REAL_ROOT / "cpu" / "cpu.idle").exists():
+        reason = "this kernel has no cpu.idle"
+    if reason is not None:
+        pytest.skip(reason)
+    from koordqos.hooks.completion import pod_writes
+
+    scratch = Scratch()
+    try:
+        scratch.mkcg("")
+        scratch.mkcg("besteffort")
+        pod = scratch.mkcg("besteffort/podu")
+        ctx = _pod("BE", pod)
+        ctx.response.resources.cpu_idle = 1
+        ctx.response.resources.cpu_shares = 1024
+        ctx.response.resources.memory_limit = 1 << 30
+        ex = CgroupExecutor(scratch.layout, DecisionLog())
+        results = await ex.apply("test", pod_writes(ctx))
+        assert all(r.ok for r in results), [(r.write.resource, r.outcome, r.error) for r in results]
+        assert scratch.read(pod, "cpu", "cpu.idle") == "1"
+        assert scratch.read(pod, "memory", "memory.limit_in_bytes") == str(1 << 30)
+        with pytest.raises(OSError, match="Invalid argument"):
+            scratch.path(pod, "cpu", "cpu.shares").write_text("1024")
+    finally:
+        scratch.cleanup()

@@ -198,3 +198,40 @@ def test_any_json_shaped_pod_parses(raw: dict[str, Any]) -> None:
     assert isinstance(pod.qos, QoSClass)
     assert pod.request("cpu") >= 0
     assert pod.limit("memory") >= 0
+
+
+# -- issue #39: numbers koordlet's Go decoding never sees ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "pools",
+    ['[{"socket": 1e400, "node": 0, "cpuset": "0"}]', '[{"socket": 0, "node": Infinity, "cpuset": "0"}]'],
+)
+def test_share_pools_with_infinite_ids_are_a_rule_error(pools: str) -> None:
+    with pytest.raises(RuleError):
+        topology_view({"node.koordinator.sh/cpu-shared-pools": pools})
+
+
+@pytest.mark.parametrize("ratio", ["inf", "1e400", "Infinity", "nan", "7.5"])
+def test_a_non_finite_or_absurd_cpu_normalization_ratio_is_a_node_problem(ratio: str) -> None:
+    node = parse_node(
+        {"metadata": {"name": "n", "annotations": {"node.koordinator.sh/cpu-normalization-ratio": ratio}}}
+    )
+    assert node.cpu_normalization_ratio is None
+    assert "node.koordinator.sh/cpu-normalization-ratio" in node.problems
+
+
+@pytest.mark.parametrize(
+    "reservation",
+    [
+        '{"resources": {"cpu": "-4"}}',
+        '{"resources": {"cpu": "9223372036854775807"}}',  # cores: past int64 in millicores
+        '{"reservedCPUs": "0-3,1000000000-1000065535"}',
+        '{"resources": {"memory": NaN}}',
+    ],
+)
+def test_negative_huge_or_non_finite_reservations_are_node_problems(reservation: str) -> None:
+    annotations = {"node.koordinator.sh/reservation": reservation}
+    node = parse_node({"metadata": {"name": "n", "annotations": annotations}})
+    assert node.reservation is None
+    assert "node.koordinator.sh/reservation" in node.problems

@@ -9,9 +9,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from koordqos import observability as obs
 from koordqos.agent import Agent
 from koordqos.config import build_config
+from koordqos.errors import ConfigError
 from koordqos.events.types import RuntimeSandbox, RuntimeSandboxRemoved, RuntimeSandboxUpserted
 from koordqos.kube.evictor import Evictor
 from koordqos.kube.local import LocalSources, kube_qos_from_cgroup_parent, read_node_from_procfs
@@ -79,13 +82,12 @@ async def test_nodeslo_file_edited_while_running_takes_effect(tmp_path: Path) ->
         assert threshold(agent) == 70
         path.write_text(slo_yaml(45))
         await wait_until(lambda: threshold(agent) == 45, message="edited threshold in force")
-        before = obs.REGISTRY.get_sample_value("koordqos_nodeslo_invalid_total", {"source": "file"}) or 0.0
+        counter = "koordqos_nodeslo_invalid_fields_total"
+        before = obs.REGISTRY.get_sample_value(counter, {"source": "file"}) or 0.0
         path.write_text(slo_yaml(45).replace("45", "'not-a-number'"))
-        await wait_until(lambda: local.nodeslo.invalid_count == 1, message="invalid edit noticed")
-        assert threshold(agent) == 45  # last good kept
-        assert (
-            obs.REGISTRY.get_sample_value("koordqos_nodeslo_invalid_total", {"source": "file"}) == before + 1
-        )
+        await wait_until(lambda: "not-a-number" in local.nodeslo.last_error, message="invalid edit noticed")
+        assert threshold(agent) == 45  # the field's last valid value kept
+        assert obs.REGISTRY.get_sample_value(counter, {"source": "file"}) == before + 1
         path.write_text("spec: [unclosed")
         os.utime(path, ns=(1, 1))
         await wait_until(
@@ -167,14 +169,30 @@ async def test_cluster_mode_agent_becomes_ready_against_the_fake_api_server(
     await agent.services.kube.close()
 
 
-async def test_bad_kubeconfig_is_retried_not_fatal(tmp_path: Path) -> None:
+def test_a_bad_kubeconfig_stops_the_build(tmp_path: Path) -> None:
+    """#32 5e: a kubeconfig that is not one is a start-up error naming it (was: retried forever, unready)."""
     bad = tmp_path / "kubeconfig"
     bad.write_text("this: is: not: a kubeconfig")
-    tree = {"kube": {"node_name": NODE, "kubeconfig": str(bad)}}
-    async with running_agent(tree, local=False) as agent:
-        reflector = next(c for c in agent.components if c.name == "kube-pods")
-        await wait_until(
-            lambda: reflector.watch_ends.get("connection", 0) >= 1,  # type: ignore[attr-defined]
-            message="config error counted",
-        )
-        assert not agent.ready
+    agent = Agent(build_config({"kube": {"node_name": NODE, "kubeconfig": str(bad)}}), packages=("kube",))
+    assert not agent.local_mode
+    with pytest.raises(ConfigError, match=rf"^--kubeconfig {bad}: not valid YAML at line 1: "):
+        agent.build()
+
+
+async def test_a_kubeconfig_the_loader_refuses_stops_the_agent_before_its_components(tmp_path: Path) -> None:
+    """What only kubernetes-asyncio's loader finds (a missing client certificate) ends `run` with a
+    ConfigError before any component starts."""
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(
+        "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        f"users: [{{name: u, user: {{client-certificate: {tmp_path}/no.crt, "
+        f"client-key: {tmp_path}/no.key}}}}]\n"
+    )
+    agent = Agent(build_config({"kube": {"node_name": NODE, "kubeconfig": str(kc)}}), packages=("kube",))
+    agent.build()
+    with pytest.raises(ConfigError, match=rf"^--kubeconfig {kc}: cannot load: .*no.crt"):
+        await agent.run()
+    reflector = next(c for c in agent.components if c.name == "kube-pods")
+    assert reflector.lists == 0  # type: ignore[attr-defined]
+    assert not reflector.watch_ends  # type: ignore[attr-defined]

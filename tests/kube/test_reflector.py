@@ -245,11 +245,12 @@ async def test_errors_back_off_and_recover(
         assert s.pod_names() == {"p0", "p1"}
 
 
-async def test_invalid_nodeslo_keeps_the_last_good_one(
+async def test_invalid_nodeslo_field_keeps_its_last_valid_value_and_the_rest_applies(
     fake: FakeAPIServer, bus: EventBus, conn: KubeConnection, fast: ReflectorSettings, recorder: Recorder
 ) -> None:
     seed(fake, pods=1)
-    before = obs.REGISTRY.get_sample_value("koordqos_nodeslo_invalid_total", {"source": "api"}) or 0.0
+    counter = "koordqos_nodeslo_invalid_fields_total"
+    before = obs.REGISTRY.get_sample_value(counter, {"source": "api"}) or 0.0
     async with running(bus, conn, fast) as s:
         await s.synced()
         assert threshold(bus) == 70
@@ -257,7 +258,7 @@ async def test_invalid_nodeslo_keeps_the_last_good_one(
             "nodeslos",
             make_nodeslo(NODE, {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": "lots"}}),
         )
-        await wait_until(lambda: s.nodeslo.invalid_count == 1, message="invalid NodeSLO seen")
+        await wait_until(lambda: "lots" in s.nodeslo.last_error, message="invalid NodeSLO field seen")
         assert "resourceUsedThresholdWithBE.cpuSuppressThresholdPercent" in s.nodeslo.last_error
         await wait_until(
             lambda: any(e["reason"] == "InvalidNodeSLO" for e in fake.events), message="Warning event"
@@ -266,16 +267,24 @@ async def test_invalid_nodeslo_keeps_the_last_good_one(
         assert event["type"] == "Warning"
         assert event["involvedObject"]["kind"] == "NodeSLO"
         assert event["involvedObject"]["name"] == NODE
-        assert threshold(bus) == 70
-        after = obs.REGISTRY.get_sample_value("koordqos_nodeslo_invalid_total", {"source": "api"})
+        await wait_until(lambda: _enabled(bus) is False, message="the rest of the object applied")
+        assert threshold(bus) == 70  # the invalid field: its last valid value
+        after = obs.REGISTRY.get_sample_value(counter, {"source": "api"})
         assert after == before + 1
+        assert s.nodeslo.invalid_count == 0  # the object was a NodeSLO: not rejected whole
         fake.upsert(
             "nodeslos",
             make_nodeslo(NODE, {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 60}}),
         )
         await wait_until(lambda: threshold(bus) == 60, message="next valid NodeSLO applied")
         await bus.drained()
-        assert [threshold_of(e) for e in recorder.of(NodeSLOUpdated)] == [70, 60]
+        assert [threshold_of(e) for e in recorder.of(NodeSLOUpdated)] == [70, 70, 60]
+
+
+def _enabled(bus: EventBus) -> bool | None:
+    slo = bus.state.node_slo
+    t = None if slo is None else slo.resource_used_threshold_with_be
+    return None if t is None else t.enable
 
 
 def threshold_of(event: NodeSLOUpdated) -> int | None:

@@ -98,7 +98,7 @@ async def test_be_class_root_and_pod_volume(
     async with cluster_agent(tmp_path, server, node, GATES) as agent:
         weight = "blkio.cost.weight" if v1 else "io.weight"
         await wait_for(lambda: lines(node, be_dir, weight).get("253:16") == "40", what="BE weight 40")
-        await more_rounds(agent, "BlkioReconcile", 1)
+        await more_rounds(agent, "BlkIOReconcile", 1)
         root_qos = "blkio.cost.qos" if v1 else "io.cost.qos"
         root_model = "blkio.cost.model" if v1 else "io.cost.model"
         assert node.read("", "blkio" if v1 else "", root_qos) == (
@@ -116,16 +116,16 @@ async def test_be_class_root_and_pod_volume(
             # key is not written at all: the last line written is wbps (BE) and wiops (pod)
             assert lines(node, be_dir, "io.max") == {"253:16": "wbps=1048576"}
             assert lines(node, pod_dir, "io.max") == {"253:16": "wiops=512"}
-            decisions = [(d.target, d.new) for d in agent.decisions.recent(strategy="BlkioReconcile")]
+            decisions = [(d.target, d.new) for d in agent.decisions.recent(strategy="BlkIOReconcile")]
             assert (f"{pod_dir}/blkio.throttle.read_iops_device", "253:16 riops=2048") in decisions
-        assert agent.parts.qos_manager.runners["BlkioReconcile"].strategy.last_plan.problems == {}
+        assert agent.parts.qos_manager.runners["BlkIOReconcile"].strategy.last_plan.problems == {}
 
         # disabling the BE class resets the disk's entries (throttles 0 = unlimited, weight 100)
         off = copy.deepcopy(SPEC)
         off["resourceQOSStrategy"]["beClass"]["blkioQOS"]["enable"] = False
         server.upsert("nodeslos", make_nodeslo(NODE, off))
         await wait_for(lambda: lines(node, be_dir, weight).get("253:16") == "100", what="BE weight reset")
-        await more_rounds(agent, "BlkioReconcile", 1)
+        await more_rounds(agent, "BlkIOReconcile", 1)
         if v1:
             assert lines(node, be_dir, "blkio.throttle.read_iops_device") == {"253:16": "0"}
         else:
@@ -143,14 +143,14 @@ async def test_unresolvable_block_is_a_counted_problem_and_changes_nothing(
     spec["resourceQOSStrategy"]["beClass"]["blkioQOS"]["blocks"][0]["name"] = "no-such-vg"
     server.upsert("nodes", make_node(NODE))
     server.upsert("nodeslos", make_nodeslo(NODE, spec))
-    before = INVALID_CONFIG.labels("BlkioReconcile")._value.get()
+    before = INVALID_CONFIG.labels("BlkIOReconcile")._value.get()
     async with cluster_agent(tmp_path, server, node, GATES) as agent:
-        await more_rounds(agent, "BlkioReconcile", 3)
-        plan = agent.parts.qos_manager.runners["BlkioReconcile"].strategy.last_plan
+        await more_rounds(agent, "BlkIOReconcile", 3)
+        plan = agent.parts.qos_manager.runners["BlkIOReconcile"].strategy.last_plan
         assert "no-such-vg" in plan.problems["beClass"]
-        assert INVALID_CONFIG.labels("BlkioReconcile")._value.get() > before
+        assert INVALID_CONFIG.labels("BlkIOReconcile")._value.get() > before
         assert node.read("kubepods/besteffort", "blkio", "blkio.cost.weight") == "default 100"
-        assert agent.parts.qos_manager.runners["BlkioReconcile"].failures == 0
+        assert agent.parts.qos_manager.runners["BlkIOReconcile"].failures == 0
 
 
 async def test_v2_with_koordlets_v1_only_behaviour_stays_idle(tmp_path: Path, server: FakeAPIServer) -> None:
@@ -162,11 +162,11 @@ async def test_v2_with_koordlets_v1_only_behaviour_stays_idle(tmp_path: Path, se
     server.upsert("nodeslos", make_nodeslo(NODE, SPEC))
     qos = {"reconcile_interval_seconds": 0.05, "blkio_v2_io_files": False}
     async with cluster_agent(tmp_path, server, node, GATES, qos=qos) as agent:
-        await more_rounds(agent, "BlkioReconcile", 3)
+        await more_rounds(agent, "BlkIOReconcile", 3)
         be_dir = node.layout.qos_dir(parse_pod(be_pod()).kube_qos)
         assert node.read(be_dir, "io", "io.weight") == "default 100"
         assert node.read(be_dir, "io", "io.max") == ""
-        assert agent.parts.qos_manager.runners["BlkioReconcile"].strategy.last_plan is None
+        assert agent.parts.qos_manager.runners["BlkIOReconcile"].strategy.last_plan is None
 
 
 async def test_local_mode_nri_pod_with_a_device_block_and_dry_run(short_dir: Path) -> None:
@@ -210,6 +210,6 @@ async def test_local_mode_nri_pod_with_a_device_block_and_dry_run(short_dir: Pat
         await wait_for(
             lambda: any(d.target == target for d in agent.decisions.recent()), what="a dry-run decision"
         )
-        assert all(d.dry_run for d in agent.decisions.recent(strategy="BlkioReconcile"))
+        assert all(d.dry_run for d in agent.decisions.recent(strategy="BlkIOReconcile"))
         assert lines(node2, pod_dir, "blkio.throttle.read_bps_device") == {}
         assert agent.services.executor.file_writes == 0

@@ -12,9 +12,9 @@ import pytest
 from koordqos.cgroups.executor import CGROUP_WRITES
 from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.resources import CgroupVersion
+from koordqos.kube.sources import NODESLO_INVALID_FIELDS
 from koordqos.model.pod import parse_pod
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.strategies.framework import INVALID_CONFIG
 from koordqos.strategies.memoryqos import ABSENT_FILES, MEMORY_QOS_RESOURCES
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 from koordqos.testing.nodefs import GiB, SyntheticNode
@@ -104,15 +104,16 @@ async def test_cluster_mode_writes_disables_and_rejects(
         assert executor.file_writes == writes
         assert strategy.last_writes == 0
 
-        # an invalid value: rejected with a counted error, that file unchanged, the others still applied
-        invalid = INVALID_CONFIG.labels("CgroupReconcile")._value.get()
+        # an invalid value: rejected with a counted error, that file unchanged, the others still applied (the
+        # NodeSLO validator keeps the field's last valid value: the strategy never sees 101)
+        invalid = NODESLO_INVALID_FIELDS.labels("api")._value.get()
         bad = copy.deepcopy(SPEC)
         bad["resourceQOSStrategy"]["lsClass"]["memoryQOS"].update({"wmarkRatio": 101, "priority": 7})
         server.upsert("nodeslos", make_nodeslo(NODE, bad))
         await wait_for(lambda: mem(node, pod_dir, "memory.priority") == "7", what="priority 7")
         await more_rounds(agent, "CgroupReconcile", 1)
         assert mem(node, pod_dir, "memory.wmark_ratio") == "95"
-        assert INVALID_CONFIG.labels("CgroupReconcile")._value.get() > invalid
+        assert NODESLO_INVALID_FIELDS.labels("api")._value.get() == invalid + 1
 
         # disabling the class restores the None template
         off = copy.deepcopy(SPEC)

@@ -84,7 +84,7 @@ async def test_class_groups_schemata_tasks_and_pod_group(
         await wait_for((node.resctrl_root / "koordlet-uid-own").is_dir, what="the pod group")
         prepare_groups(node, ["koordlet-uid-own"])
         await wait_for(lambda: tasks(node, "koordlet-uid-own") == [777], what="the pod's thread in its group")
-        await more_rounds(agent, "ResctrlReconcile", 1)
+        await more_rounds(agent, "RdtResctrl", 1)
         assert group_file(node, "LS", "schemata") == "L3:0=3c;1=3c;\nMB:0=100;1=100;\n"
         # 0-30 % of 11 ways = 4 ways; MBA 85 % → 90 (Intel: next multiple of 10)
         assert group_file(node, "BE", "schemata") == "L3:0=f;1=f;\nMB:0=90;1=90;\n"
@@ -99,7 +99,7 @@ async def test_class_groups_schemata_tasks_and_pod_group(
         # existing ones are not rewritten (--resctrl-task-sweep-seconds=0.2 for the test)
         node.set_threads(dirs["uid-be"], [122450, 122454, 123111])
         await wait_for(lambda: tasks(node, "BE") == [122450, 122454, 123111], what="the new BE thread")
-        await more_rounds(agent, "ResctrlReconcile", 2)
+        await more_rounds(agent, "RdtResctrl", 2)
         assert tasks(node, "BE") == [122450, 122454, 123111]
 
         # the annotation goes: the pod group is removed
@@ -115,8 +115,8 @@ async def test_no_resctrl_mounted_is_one_warning_and_idle(tmp_path: Path, server
     server.upsert("nodes", make_node(NODE))
     server.upsert("nodeslos", make_nodeslo(NODE, SPEC))
     async with cluster_agent(tmp_path, server, node, GATES) as agent:
-        await more_rounds(agent, "ResctrlReconcile", 3)
-        runner = agent.parts.qos_manager.runners["ResctrlReconcile"]
+        await more_rounds(agent, "RdtResctrl", 3)
+        runner = agent.parts.qos_manager.runners["RdtResctrl"]
         assert runner.failures == 0
         assert agent.services.host.batches == 0
         assert not (node.sys_root / "fs").exists()

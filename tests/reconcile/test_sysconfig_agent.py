@@ -46,16 +46,16 @@ async def test_cluster_mode_spec_values_out_of_range_and_restore(
     )
     async with cluster_agent(tmp_path, server, node, GATES) as agent:
         await wait_for(lambda: proc(node, "vm/min_free_kbytes") == "4724464", what="min_free_kbytes 4724464")
-        await more_rounds(agent, "SystemConfigReconcile", 1)
+        await more_rounds(agent, "SystemConfig", 1)
         assert proc(node, "vm/watermark_scale_factor") == "99"
         assert sys_(node, "kernel/mm/memcg_reaper/reap_background") == "1"
         host = agent.services.host
         batches = host.batches
-        await more_rounds(agent, "SystemConfigReconcile", 3)
+        await more_rounds(agent, "SystemConfig", 3)
         assert host.batches == batches  # steady state: nothing applied, nothing even read
 
         # out of range: rejected (counted), files unchanged
-        before = INVALID_CONFIG.labels("SystemConfigReconcile")._value.get()
+        before = INVALID_CONFIG.labels("SystemConfig")._value.get()
         server.upsert(
             "nodeslos",
             make_nodeslo(
@@ -63,10 +63,10 @@ async def test_cluster_mode_spec_values_out_of_range_and_restore(
             ),
         )
         await wait_for(
-            lambda: INVALID_CONFIG.labels("SystemConfigReconcile")._value.get() >= before + 3,
+            lambda: INVALID_CONFIG.labels("SystemConfig")._value.get() >= before + 3,
             what="3 rejections",
         )
-        await more_rounds(agent, "SystemConfigReconcile", 1)
+        await more_rounds(agent, "SystemConfig", 1)
         assert proc(node, "vm/min_free_kbytes") == "4724464"
         assert proc(node, "vm/watermark_scale_factor") == "99"
         assert sys_(node, "kernel/mm/memcg_reaper/reap_background") == "1"
@@ -88,7 +88,7 @@ async def test_cluster_mode_spec_values_out_of_range_and_restore(
         await wait_for(
             lambda: proc(node, "kernel/sched_idle_saver_wmark") == "5000000", what="idle saver wmark"
         )
-        await more_rounds(agent, "SystemConfigReconcile", 1)
+        await more_rounds(agent, "SystemConfig", 1)
         assert proc(node, "kernel/sched_group_identity_enabled") == "0"
         assert sys_(node, "kernel/mm/pagecache_limit/enabled") == "1"
         assert sys_(node, "kernel/debug/sched_features") == "ID_ABSOLUTE_EXPEL"
@@ -98,7 +98,7 @@ async def test_cluster_mode_spec_values_out_of_range_and_restore(
 
         server.upsert("nodeslos", make_nodeslo(NODE, spec()))
         await wait_for(lambda: proc(node, "vm/min_free_kbytes") == "5368709", what="min_free_kbytes restored")
-        await more_rounds(agent, "SystemConfigReconcile", 1)
+        await more_rounds(agent, "SystemConfig", 1)
         assert proc(node, "kernel/sched_idle_saver_wmark") == "0"
         assert proc(node, "kernel/sched_group_identity_enabled") == "1"
 
@@ -119,10 +119,10 @@ async def test_dry_run_and_kernel_without_optional_files(tmp_path: Path, server:
         d = next(d for d in agent.decisions.recent() if d.target == "sysctl/vm/min_free_kbytes")
         assert (d.dry_run, d.old, d.new) == (True, "5368709", "4724464")
         assert proc(node, "vm/min_free_kbytes") == "5368709"
-        strategy = agent.parts.qos_manager.runners["SystemConfigReconcile"].strategy
+        strategy = agent.parts.qos_manager.runners["SystemConfig"].strategy
         assert strategy.present == frozenset()
         assert not (node.sys_root / "kernel/mm/memcg_reaper").exists()
-        assert agent.parts.qos_manager.runners["SystemConfigReconcile"].failures == 0
+        assert agent.parts.qos_manager.runners["SystemConfig"].failures == 0
 
 
 async def test_local_mode_nodeslo_file(short_dir: Path) -> None:
@@ -131,7 +131,7 @@ async def test_local_mode_nodeslo_file(short_dir: Path) -> None:
     slo = {"spec": spec(minFreeKbytesFactor=88, watermarkScaleFactor=99)}
     async with local_agent(short_dir, node, slo, GATES) as (agent, _runtime, slo_file):
         await wait_for(lambda: proc(node, "vm/min_free_kbytes") == "4724464", what="min_free_kbytes")
-        await more_rounds(agent, "SystemConfigReconcile", 1)  # the round that wrote it has finished
+        await more_rounds(agent, "SystemConfig", 1)  # the round that wrote it has finished
         assert proc(node, "vm/watermark_scale_factor") == "99"
         slo_file.write_text(json.dumps({"spec": spec(minFreeKbytesFactor=88, watermarkScaleFactor=120)}))
         await wait_for(lambda: proc(node, "vm/watermark_scale_factor") == "120", what="the file's new value")

@@ -133,7 +133,7 @@ def rounds(agent: Agent) -> int:
 
 def record_quota_after_rounds(agent: Agent, node: SyntheticNode) -> list[int]:
     """Wrap the CPU-suppress strategy so the BE quota is recorded after each of its rounds."""
-    strategy = agent.parts.qos_manager.runners["CPUSuppress"].strategy
+    strategy = agent.parts.qos_manager.runners["BECPUSuppress"].strategy
     run_once = strategy.run_once
     seen: list[int] = []
 
@@ -146,7 +146,7 @@ def record_quota_after_rounds(agent: Agent, node: SyntheticNode) -> list[int]:
 
 
 def suppress_plan(agent: Agent) -> Any:
-    return agent.parts.qos_manager.runners["CPUSuppress"].strategy.last_plan
+    return agent.parts.qos_manager.runners["BECPUSuppress"].strategy.last_plan
 
 
 async def test_cpu_suppress_cfs_quota_follows_ls_usage(tmp_path: Path, server: FakeAPIServer) -> None:
@@ -186,7 +186,7 @@ async def test_cpu_suppress_cfs_quota_follows_ls_usage(tmp_path: Path, server: F
         assert plan.suppress_milli is not None
 
         # LS falls to 1 core: BE grows back in steps of at most 10 % of capacity (160000 µs) per round
-        before = len(agent.decisions.recent(strategy="CPUSuppress"))
+        before = len(agent.decisions.recent(strategy="BECPUSuppress"))
         low = quota(node)
         rates.pods[ls_dir] = 1.0
         await wait_until(
@@ -194,7 +194,7 @@ async def test_cpu_suppress_cfs_quota_follows_ls_usage(tmp_path: Path, server: F
         )
         writes = [
             d
-            for d in agent.decisions.recent(strategy="CPUSuppress")[before:]
+            for d in agent.decisions.recent(strategy="BECPUSuppress")[before:]
             if d.target.endswith("cpu.cfs_quota_us") and d.action == "write"
         ]
         values = [int(str(d.new)) for d in writes]
@@ -264,7 +264,7 @@ async def test_cpu_suppress_changes_are_rate_limited_node_events(
         )
         writes = [
             d
-            for d in agent.decisions.recent(strategy="CPUSuppress")
+            for d in agent.decisions.recent(strategy="BECPUSuppress")
             if d.target.endswith("cpu.cfs_quota_us") and d.action == "write"
         ]
         assert len(writes) >= 5

@@ -275,3 +275,30 @@ def test_read_local_storage_from_sys_and_proc(tmp_path: Path) -> None:
     assert split_dm_name("a--b-c") == ("a-b", "c")
     assert split_dm_name("plain") is None
     assert parse_mounts("/dev/sda1 /mnt/my\\040disk ext4 rw 0 0\n") == {"/mnt/my disk": "/dev/sda1"}
+
+
+def test_v2_weight_only_while_the_disks_cost_qos_is_on() -> None:
+    """cgroup v2 refuses a disk's io.weight (EOPNOTSUPP) unless its io cost QoS is on (seen in the v2 VM:
+    a failed write every round): without it the weight is not planned and a weight other than 100 is a
+    problem; with the root switching it on in the same plan, that write comes first."""
+    strategy = SLO.resource_qos_strategy
+    assert strategy is not None
+    assert strategy.be_class is not None
+    be_class = strategy.be_class.model_dump(by_alias=True, exclude_none=True)
+    be_only = parse_nodeslo({"spec": {"resourceQOSStrategy": {"beClass": be_class}}})
+    plan = plan_blkio(BlkioInputs(be_only, STORAGE, {}, BE_DIR, {}, {}, weight_needs_cost_qos=True))
+    assert [r for r, _ in _lines(plan.writes, BE_DIR)] == [READ_IOPS, READ_BPS, WRITE_IOPS, WRITE_BPS]
+    assert list(plan.problems) == ["beClass:253:16"]
+    assert "needs its io cost QoS on" in plan.problems["beClass:253:16"]
+    # v1 plans the weight as before
+    v1 = plan_blkio(BlkioInputs(be_only, STORAGE, {}, BE_DIR, {}, {}))
+    assert (WEIGHT, "253:16 40") in _lines(v1.writes, BE_DIR)
+    # the root configures 253:16's cost QoS: switched on first, then the BE weight
+    plan = plan_blkio(BlkioInputs(SLO, STORAGE, {}, BE_DIR, {}, {}, weight_needs_cost_qos=True))
+    assert plan.problems == {}
+    order = [(w.parent, w.resource) for w in plan.writes]
+    assert order.index(("", COST_QOS)) < order.index((BE_DIR, WEIGHT))
+    # a disk whose cost QoS is switched off (253:0, on now) gets its weight reset before that
+    plan = plan_blkio(BlkioInputs(SLO, STORAGE, {}, BE_DIR, {}, STALE, weight_needs_cost_qos=True))
+    writes = [(w.parent, w.resource, w.value) for w in plan.writes]
+    assert writes.index((BE_DIR, WEIGHT, "253:0 100")) < writes.index(("", COST_QOS, "253:0 enable=0"))

@@ -221,7 +221,7 @@ async def test_the_agents_first_quota_is_koordlets_value(tmp_path: Path, server:
         def quota_writes() -> list[int]:
             return [
                 int(str(d.new))
-                for d in agent.decisions.recent(strategy="CPUSuppress")
+                for d in agent.decisions.recent(strategy="BECPUSuppress")
                 if d.target == f"{BE_DIR}/cpu.cfs_quota_us" and d.action == "write"
             ]
 

@@ -60,7 +60,7 @@ async def test_psi_tightening_is_planned_in_a_dry_run_as_in_a_real_run(tmp_path:
     real, dry = nodes
 
     def suppress(n: psi.Node) -> list[tuple[object, ...]]:
-        keep = ("CPUSuppress", psi.NAME)
+        keep = ("BECPUSuppress", psi.NAME)
         return [
             (d.strategy, d.target, d.action, d.old, d.new)
             for d in n.env.decisions.recent()

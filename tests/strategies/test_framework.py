@@ -12,6 +12,7 @@ from koordqos.config import AgentConfig, add_flags, build_config, load_config
 from koordqos.decisions import DecisionLog
 from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
+from koordqos.features import DEFAULT_GATES
 from koordqos.state import NodeState
 from koordqos.strategies.framework import QoSManager, QoSStrategy, StrategyEnv
 from koordqos.strategies.intents import CFS_QUOTA
@@ -57,17 +58,35 @@ def manager_of(c: Any, strategies: Sequence[QoSStrategy]) -> QoSManager:
 def test_registry_order_and_default_enablement(tmp_path: Path) -> None:
     names = registered()
     assert names == [n for n in ORDER if n in names]
-    assert {"CPUSuppress", "CPUEvict", "MemoryEvict"} <= set(names)
+    assert {"BECPUSuppress", "CPUEvict", "MemoryEvict"} <= set(names)
     manager = manager_of(ctx(tmp_path), build_all())
     assert isinstance(manager, QoSManager)
-    assert "CPUSuppress" in manager.runners  # BECPUSuppress is on by default
+    assert "BECPUSuppress" in manager.runners  # BECPUSuppress is on by default
     assert {"CPUEvict", "MemoryEvict"} <= set(manager.disabled)  # eviction gates are off by default
+
+
+def test_every_strategy_is_named_by_its_koordlet_gate() -> None:
+    """#32 6: logs, decisions and metrics call a strategy by its gate (`BECPUSuppress`, not `CPUSuppress`);
+    the eviction strategies serve three gates each and carry the one of their name."""
+    names = [s.name for s in build_all()]
+    assert names == [
+        "BlkIOReconcile",
+        "CgroupReconcile",
+        "CPUBurst",
+        "CPUEvict",
+        "BECPUSuppress",
+        "MemoryEvict",
+        "RdtResctrl",
+        "SystemConfig",
+        "PSIInterference",
+    ]
+    assert set(names) <= set(DEFAULT_GATES)
 
 
 def test_zero_interval_disables_even_with_gate_on(tmp_path: Path) -> None:
     manager = manager_of(ctx(tmp_path, {"qos": {"cpu_suppress_interval_seconds": 0}}), build_all())
     assert isinstance(manager, QoSManager)
-    assert "CPUSuppress" in manager.disabled
+    assert "BECPUSuppress" in manager.disabled
 
 
 async def test_failing_strategy_is_isolated_and_counted(tmp_path: Path) -> None:
@@ -128,9 +147,9 @@ async def test_dry_run_writes_nothing_and_records(tmp_path: Path) -> None:
         cacheable=False,
         reason="AdjustBEByNodeCPUUsage",
     )
-    await env.apply("CPUSuppress", [write])
+    await env.apply("BECPUSuppress", [write])
     assert node.read("kubepods/besteffort", "cpu", "cpu.cfs_quota_us") == "-1"
-    [d] = c.decisions.recent(strategy="CPUSuppress")
+    [d] = c.decisions.recent(strategy="BECPUSuppress")
     assert d.dry_run
     assert d.new in ("200000", 200000)
     assert d.reason == "AdjustBEByNodeCPUUsage"

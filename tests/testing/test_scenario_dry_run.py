@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 
 QUOTA = "kubepods/besteffort/cpu.cfs_quota_us"
 STEADY_ROUNDS = 5  # CPU-suppress rounds after its first decision, over the steady (idle) node
-RUNS = re.compile(r'^koordqos_strategy_runs_total\{result="ok",strategy="CPUSuppress"\} (\S+)$', re.M)
+RUNS = re.compile(r'^koordqos_strategy_runs_total\{result="ok",strategy="BECPUSuppress"\} (\S+)$', re.M)
 CORES = re.compile(r'^koordqos_be_suppress_cores\{policy="cfsQuota"\} (\S+)$', re.M)
 
 
@@ -161,7 +161,7 @@ async def test_a_restart_over_a_suppressed_node_exports_the_suppressed_cores(tmp
         again = await _agent(tmp_path, argv, suppressing=False)
     finally:
         _stop(runtime)
-    assert [d for d in again.decisions if d["strategy"] == "CPUSuppress"] == []  # nothing to write
+    assert [d for d in again.decisions if d["strategy"] == "BECPUSuppress"] == []  # nothing to write
     cores = CORES.search(again.metrics)
     assert cores is not None, again.metrics
     assert float(cores.group(1)) == 2.6

@@ -94,7 +94,7 @@ async def test_colocation_scenario_shows_per_pod_hook_and_strategy_decisions(tmp
 
             await wait_until(seen_all, timeout=60, interval=0.2, message="the scenario's decisions")
         by_target = {(d["strategy"], d["target"]): d for d in decisions}
-        suppress = by_target[("CPUSuppress", "kubepods/besteffort/cpu.cfs_quota_us")]
+        suppress = by_target[("BECPUSuppress", "kubepods/besteffort/cpu.cfs_quota_us")]
         assert suppress["new"] == "260000"  # 65 % of 4 CPUs on the idle synthetic node
         be_bvt = next(d for d in decisions if d["target"].endswith("000000000003/cpu.bvt_warp_ns"))
         ls_bvt = next(d for d in decisions if d["target"].endswith("000000000001/cpu.bvt_warp_ns"))

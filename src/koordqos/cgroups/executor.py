@@ -422,6 +422,10 @@ class CgroupExecutor:
                 error_code=exc.errno or 0,
             )
         self._remember(w)
+        if w.resource == "cpu.idle":
+            # the kernel sets the weight of a group whose cpu.idle changed (its idle weight, or back to the
+            # default): a cached cpu.shares of the dir no longer says what the file holds
+            self._cache.pop((w.parent, "cpu.shares"), None)
         self.decisions.record(strategy, target, action, current.strip(), new, reason, dry_run=False)
         return self._done(w, Outcome.WRITTEN, current.strip(), new)
 

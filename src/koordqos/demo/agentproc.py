@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-SUPPRESS = "CPUSuppress"
+SUPPRESS = "BECPUSuppress"
 GATES = (
     "BECPUSuppress=true,CPUBurst=false,GroupIdentity=false,CPUSetAllocator=false,BatchResource=false,"
     "RdtResctrl=false,NodeTopologyReport=false"

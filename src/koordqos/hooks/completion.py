@@ -1,6 +1,10 @@
 """Completion: turn what hooks set in a context into cgroup write intents (koordlet inject*/Done).
 
-* pod (RunPodSandbox and reconciler): bvt, idle, shares, quota, memory at the pod dir;
+* pod (RunPodSandbox and reconciler): bvt, idle, shares, quota, memory at the pod dir; no shares for a pod
+  made idle (`cpu.idle=1`): the kernel gives an idle group its own minimal weight and refuses a
+  `cpu.shares` / `cpu.weight` write there with EINVAL (seen on a real v2 kernel: GroupIdentity's idle
+  fallback and BatchResource's shares on every BE pod, a failed write every reconcile); idle is written
+  before shares, as clearing it resets the weight to the default;
 * container (reconciler only; NRI carries container values in the adjustment): shares, a non-empty cpuset,
   quota and memory at the container dir; nothing when the dir is unknown. Container bvt/idle are never
   written here: containers inherit the pod's value;
@@ -31,7 +35,7 @@ def pod_writes(ctx: PodContext) -> list[CgroupWrite]:
         return []
     res = ctx.response.resources
     out = _ext(parent, res, Level.POD)
-    if res.cpu_shares is not None:
+    if res.cpu_shares is not None and res.cpu_idle != 1:
         out.append(CgroupWrite(parent, "cpu.shares", res.cpu_shares, Level.POD))
     if res.cfs_quota is not None:
         out.append(CgroupWrite(parent, "cpu.cfs_quota_us", res.cfs_quota, Level.POD))

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from koordqos.model import jsontext
-from koordqos.model.node import NodeInfo
+from koordqos.model.node import MAX_CPU_NORMALIZATION_RATIO, NodeInfo
 from koordqos.model.nodeslo import NodeSLO, ResourceQOS
 
 ANNOTATION_CPU_NORMALIZATION_RATIO = "node.koordinator.sh/cpu-normalization-ratio"
@@ -94,6 +94,10 @@ def cpu_normalization_ratio(node: NodeInfo | None) -> float:
         raise RatioIgnored(f"{ANNOTATION_CPU_NORMALIZATION_RATIO}: not finite: {raw!r}; treated as absent")
     if not ratio > 0:
         raise RuleError(f"{ANNOTATION_CPU_NORMALIZATION_RATIO}: must be > 0, got {raw!r}")
+    if ratio > MAX_CPU_NORMALIZATION_RATIO:
+        # koord-manager never writes more; quota / ratio would fall below what the kernel accepts
+        limit = MAX_CPU_NORMALIZATION_RATIO
+        raise RuleError(f"{ANNOTATION_CPU_NORMALIZATION_RATIO}: must be <= {limit}, got {raw[:40]!r}")
     return ratio
 
 
@@ -123,11 +127,18 @@ def _pools(raw: str | None, key: str) -> tuple[CPUSharePool, ...]:
     try:
         doc = jsontext.loads(raw)
         return tuple(
-            CPUSharePool(int(p.get("socket", 0)), int(p.get("node", 0)), str(p.get("cpuset", "")))
+            CPUSharePool(_pool_id(p.get("socket", 0)), _pool_id(p.get("node", 0)), str(p.get("cpuset", "")))
             for p in doc
         )
     except (ValueError, TypeError, AttributeError) as exc:
         raise RuleError(f"{key}: invalid share pools: {exc}") from None
+
+
+def _pool_id(value: object) -> int:
+    """A socket or NUMA node id of a share pool: a JSON integer (Go's int32), ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 31:
+        raise ValueError(f"expected an id from 0 to 2147483647, got {str(value)[:40]}")
+    return value
 
 
 def topology_view(annotations: Mapping[str, str]) -> TopologyView:

@@ -11,6 +11,7 @@ import os
 from typing import TYPE_CHECKING
 
 from koordqos.kube.client import KubeClient, load_client_config
+from koordqos.kube.kubeconfig import KubeSource
 
 if TYPE_CHECKING:
     from koordqos.config import AgentConfig
@@ -21,9 +22,14 @@ if TYPE_CHECKING:
 
 
 class KubeConnection:
-    """Lazily loads the kubeconfig (or in-cluster config) once and shares one KubeClient."""
+    """Loads the kubeconfig (or in-cluster config) once and shares one KubeClient.
 
-    def __init__(self, kubeconfig: str | None, in_cluster: bool | None = None) -> None:
+    The agent loads it before its components start (a failure is a start-up error); other users load it on
+    first use. `source` (`kube.kubeconfig.find_source`) names it in errors."""
+
+    def __init__(
+        self, kubeconfig: str | None, in_cluster: bool | None = None, source: KubeSource | None = None
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.in_cluster = (
             in_cluster
@@ -32,15 +38,22 @@ class KubeConnection:
             and not os.environ.get("KUBECONFIG")
             and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
         )
+        self.source = source
         self._client: KubeClient | None = None
         self._lock = asyncio.Lock()
+
+    @classmethod
+    def of(cls, source: KubeSource) -> KubeConnection:
+        """The connection to what `source` names."""
+        return cls(source.kubeconfig, in_cluster=source.in_cluster, source=source)
 
     async def get(self) -> KubeClient:
         """The shared client (KubeError when the configuration cannot be loaded)."""
         if self._client is None:
             async with self._lock:
                 if self._client is None:
-                    cfg = await load_client_config(self.kubeconfig, self.in_cluster)
+                    where = self.source.describe() if self.source is not None else None
+                    cfg = await load_client_config(self.kubeconfig, self.in_cluster, where)
                     self._client = KubeClient(cfg)
         return self._client
 

@@ -85,8 +85,11 @@ async def _no_auth() -> dict[str, str]:
     return {}
 
 
-async def load_client_config(kubeconfig: str | None, in_cluster: bool = False) -> ClientConfig:
-    """Read a kubeconfig (or the in-cluster service account) via kubernetes-asyncio's loaders."""
+async def load_client_config(
+    kubeconfig: str | None, in_cluster: bool = False, describe: str | None = None
+) -> ClientConfig:
+    """Read a kubeconfig (`:`-separated files are merged, as in KUBECONFIG) or the in-cluster service account
+    via kubernetes-asyncio's loaders; KubeError with one line (`describe`: how the source is named in it)."""
     from kubernetes_asyncio import config as kconfig
     from kubernetes_asyncio.client import Configuration
 
@@ -97,7 +100,9 @@ async def load_client_config(kubeconfig: str | None, in_cluster: bool = False) -
         else:
             await kconfig.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     except Exception as exc:  # the loaders raise assorted types (ConfigException, OSError, yaml errors)
-        raise KubeError(f"cannot load {'in-cluster config' if in_cluster else kubeconfig}: {exc}") from exc
+        where = describe or ("in-cluster config" if in_cluster else str(kubeconfig))
+        reason = " ".join(str(exc).split()) or type(exc).__name__  # one line (yaml errors span several)
+        raise KubeError(f"{where}: cannot load: {reason}") from exc
     host = str(cfg.host).rstrip("/")
     ctx: ssl.SSLContext | None = None
     if host.startswith("https://"):

@@ -3,9 +3,11 @@
 * pods on this node: a list publishes `PodsReplaced` (only when something differs from what was published),
   events publish `PodUpserted` / `PodDeleted`; `SourceSynced("pods")` after the first list.
 * the Node: `NodeUpdated` when anything but its resourceVersion changed; `SourceSynced("node")` once seen.
-* the NodeSLO named after the node: merged with defaults; a missing object (or CRD) means the defaults; an
-  invalid one keeps the last good NodeSLO (logged, counted, and a Warning Event on the object);
-  `NodeSLOUpdated` only when the merged spec changed; `SourceSynced("nodeslo")` after the first list.
+* the NodeSLO named after the node: validated field by field (`validate_nodeslo`, the validator of `config
+  validate`) and merged with defaults; an invalid field keeps its last valid value (or the default) and the
+  rest applies, a document that is not a NodeSLO keeps the last good NodeSLO (each logged once, counted,
+  and a Warning Event on the object); a missing object (or CRD) means the defaults; `NodeSLOUpdated` only
+  when the merged spec changed; `SourceSynced("nodeslo")` after the first list.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from koordqos.events.types import (
 from koordqos.kube.events import EventRecorder, nodeslo_reference
 from koordqos.kube.watch import WatchEvent
 from koordqos.model.node import NodeInfo, parse_node
-from koordqos.model.nodeslo import NodeSLO, default_nodeslo, parse_nodeslo
+from koordqos.model.nodeslo import NodeSLO, default_nodeslo
 from koordqos.model.nodeslo_lint import nodeslo_unknown_keys
+from koordqos.model.nodeslo_validate import ValidatedNodeSLO, validate_nodeslo
 from koordqos.model.pod import PodInfo, parse_pod
+from koordqos.model.wirevalue import FieldProblem
 from koordqos.once import SeenOnce
 
 if TYPE_CHECKING:
@@ -50,6 +54,12 @@ NODESLO_UNKNOWN_FIELDS = Counter(
 NODESLO_INVALID = Counter(
     "koordqos_nodeslo_invalid_total",
     "NodeSLO objects rejected (the last good one kept)",
+    ["source"],
+    registry=obs.REGISTRY,
+)
+NODESLO_INVALID_FIELDS = Counter(
+    "koordqos_nodeslo_invalid_fields_total",
+    "NodeSLO field values rejected (the field's last valid value or default kept), each problem counted once",
     ["source"],
     registry=obs.REGISTRY,
 )
@@ -219,7 +229,11 @@ class NodeSLOSource:
         self.current: NodeSLO | None = None
         self.last_error = ""
         self.invalid_count = 0
+        self._valid: ValidatedNodeSLO | None = None  # the last verdict: its fields are the last valid values
         self._unknown_seen: SeenOnce[str] = SeenOnce()
+        # the problems of the last verdict: a problem is reported when it appears (a relist of the same
+        # object repeats none; the same bad value after a valid one is a new rejection)
+        self._reported: frozenset[tuple[str, str, str]] = frozenset()
         self._synced = False
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -247,12 +261,15 @@ class NodeSLOSource:
     async def apply_default(self, why: str) -> None:
         """Use koordlet's defaults."""
         log.info("using default NodeSLO", node=self.node_name, reason=why)
+        self._valid = None
+        self._reported = frozenset()
         await self._publish(default_nodeslo())
 
     async def apply(self, raw: dict[str, Any]) -> None:
-        """Validate and merge `raw`; invalid → keep the last good (defaults if none yet)."""
+        """Validate and merge `raw`: an invalid field keeps its last valid value; a document that is not a
+        NodeSLO keeps the last good one (defaults if none yet)."""
         try:
-            slo = parse_nodeslo(raw)
+            verdict = validate_nodeslo(raw, self._valid)
         except ModelError as exc:
             self.invalid_count += 1
             self.last_error = str(exc)
@@ -266,18 +283,42 @@ class NodeSLOSource:
                 resource_version=meta.get("resourceVersion"),
                 have_last_good=self.current is not None,
             )
-            if self.recorder is not None:
-                ref = nodeslo_reference(str(meta.get("name", self.node_name)), str(meta.get("uid", "")))
-                task = asyncio.get_running_loop().create_task(
-                    self.recorder.record(ref, "Warning", "InvalidNodeSLO", f"NodeSLO rejected: {exc}")
-                )
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            self._warn_event(raw, f"NodeSLO rejected: {exc}")
             await self._publish(self.current or default_nodeslo())
             return
-        self.last_error = ""
+        self._valid = verdict
+        self.last_error = "; ".join(p.describe() for p in verdict.problems)
+        reported = frozenset(p.key for p in verdict.problems)
+        for problem in verdict.problems:
+            if problem.key not in self._reported:
+                self._report_field(raw, problem)
+        self._reported = reported
         self._warn_unknown(raw)
-        await self._publish(slo)
+        await self._publish(verdict.slo)
+
+    def _warn_event(self, raw: Mapping[str, Any], message: str) -> None:
+        """A Warning Event on the NodeSLO (cluster mode; the recorder limits repeats)."""
+        if self.recorder is None:
+            return
+        meta = _meta(raw)
+        ref = nodeslo_reference(str(meta.get("name", self.node_name)), str(meta.get("uid", "")))
+        task = asyncio.get_running_loop().create_task(
+            self.recorder.record(ref, "Warning", "InvalidNodeSLO", message)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _report_field(self, raw: Mapping[str, Any], problem: FieldProblem) -> None:
+        """A rejected field: logged, counted and an Event, once each time the problem appears."""
+        NODESLO_INVALID_FIELDS.labels(self.source).inc()
+        obs.ERRORS.labels("nodeslo", "invalid-field").inc()
+        log.error(
+            "invalid NodeSLO field; keeping its last valid value",
+            node=self.node_name,
+            problem=problem.describe(),
+            resource_version=_meta(raw).get("resourceVersion"),
+        )
+        self._warn_event(raw, f"NodeSLO field rejected, its last valid value kept: {problem.describe()}")
 
     def _warn_unknown(self, raw: Mapping[str, Any]) -> None:
         """Unknown keys are ignored (a cluster may carry newer CRD fields), logged and counted once each."""

@@ -4,7 +4,8 @@
   fields), so a typo like `cpuSupressThresholdPercent` silently means "not set". Each key no field takes is
   reported with a `difflib` suggestion among the wire names at that level (aliases and Python names are both
   accepted keys).
-* Advisory ranges: integer fields carrying JSON-schema `minimum` / `maximum` in `json_schema_extra`.
+* Ranges: integer fields carrying JSON-schema `minimum` / `maximum` in `json_schema_extra`, and every integer
+  within int64 (Go's `int64`: a larger JSON number fails koordlet's decoding).
 
 `lint(model, doc)` walks the document along the model's fields; fields typed as free-form maps
 (`dict[str, Any]`) are not descended into.
@@ -21,6 +22,8 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from koordqos.model.wirevalue import INT64_MAX, INT64_MIN
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -29,6 +32,8 @@ class Finding:
     path: str
     problem: str  # "unknown field" or "out of range: ..."
     suggestion: str | None = None  # unknown field: the closest known wire name at that level
+    parts: tuple[str | int, ...] = ()  # the path as keys and list indices (below the `lint` path prefix)
+    valid: str = ""  # out of range: the rule (`[0, 100]`, `>= 0`, `a 64-bit integer`)
 
     @property
     def unknown(self) -> bool:
@@ -50,19 +55,19 @@ def closest(key: str, names: list[str] | tuple[str, ...]) -> str | None:
     return close[0] if close else None
 
 
-def _model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+def model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
     """(model class, is a sequence) behind `M`, `M | None`, `tuple[M, ...]`, `list[M]`; (None, _) else."""
     origin = get_origin(annotation)
     if origin in (Union, types.UnionType):
         for arg in get_args(annotation):
-            model, seq = _model_of(arg)
+            model, seq = model_of(arg)
             if model is not None:
                 return model, seq
         return None, False
     if origin in (tuple, list):
         args = [a for a in get_args(annotation) if a is not Ellipsis]
         if len(args) == 1:
-            model, _ = _model_of(args[0])
+            model, _ = model_of(args[0])
             return model, model is not None
         return None, False
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -70,19 +75,27 @@ def _model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
     return None, False
 
 
-def _range_problem(info: FieldInfo, value: Any) -> str | None:
+def range_rule(info: FieldInfo, value: Any) -> str | None:
+    """The rule an integer `value` of this field breaks (`[0, 100]`, `>= 0`, `a 64-bit integer`), or None."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if not INT64_MIN <= value <= INT64_MAX:
+        return "a 64-bit integer"
     extra = info.json_schema_extra
-    if not isinstance(extra, dict) or not isinstance(value, int) or isinstance(value, bool):
+    if not isinstance(extra, dict):
         return None
     low, high = extra.get("minimum"), extra.get("maximum")
     if (isinstance(low, int) and value < low) or (isinstance(high, int) and value > high):
-        span = f"[{low}, {high}]" if high is not None else f">= {low}" if low is not None else f"<= {high}"
-        return f"out of range: {value} (valid: {span})"
+        return f"[{low}, {high}]" if high is not None else f">= {low}" if low is not None else f"<= {high}"
     return None
 
 
 def lint(
-    model: type[BaseModel], doc: Any, path: str = "", exclude: frozenset[str] = frozenset()
+    model: type[BaseModel],
+    doc: Any,
+    path: str = "",
+    exclude: frozenset[str] = frozenset(),
+    parts: tuple[str | int, ...] = (),
 ) -> list[Finding]:
     """Unknown keys and out-of-range values in `doc` (recursively); [] when `doc` is not a mapping.
 
@@ -102,20 +115,21 @@ def lint(
     out: list[Finding] = []
     for key, value in doc.items():
         where = f"{path}.{key}" if path else str(key)
+        at = (*parts, key)
         field = fields.get(key)
         if field is None:
-            out.append(Finding(where, UNKNOWN, closest(str(key), wire)))
+            out.append(Finding(where, UNKNOWN, closest(str(key), wire), at))
             continue
-        bad = _range_problem(field, value)
-        if bad:
-            out.append(Finding(where, bad))
-        sub, is_seq = _model_of(field.annotation)
+        rule = range_rule(field, value)
+        if rule:
+            out.append(Finding(where, f"out of range: {value} (valid: {rule})", None, at, rule))
+        sub, is_seq = model_of(field.annotation)
         if sub is None:
             continue
         if is_seq:
             if isinstance(value, list | tuple):
                 for i, item in enumerate(value):
-                    out.extend(lint(sub, item, f"{where}[{i}]"))
+                    out.extend(lint(sub, item, f"{where}[{i}]", parts=(*at, i)))
         else:
-            out.extend(lint(sub, value, where))
+            out.extend(lint(sub, value, where, parts=at))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -20,6 +21,10 @@ ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
 ANNOTATION_SYSTEM_QOS_RESOURCE = "node.koordinator.sh/system-qos-resource"
 ANNOTATION_NETWORK_BANDWIDTH = "node.koordinator.sh/network-bandwidth"
 LABEL_CPU_NORMALIZATION_ENABLED = "node.koordinator.sh/cpu-normalization-enabled"
+#: koord-manager writes ratios in [1.0, 5.0] (its cpunormalization plugin); koordlet takes any value > 0. A
+#: larger one is refused here (issue #39): it would divide BE quotas below what the kernel accepts and
+#: multiply standalone batch-cpu past any node (Project decision, docs/reporting.md)
+MAX_CPU_NORMALIZATION_RATIO = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +119,10 @@ def _parse_extensions(node: NodeInfo) -> NodeExtensions:
     if raw is not None:
         try:
             ratio = float(raw)
-            if not ratio > 0:
-                raise ValueError("must be > 0")
+            if not math.isfinite(ratio):
+                raise ValueError(f"not a finite number: {raw[:40]!r}")
+            if not 0 < ratio <= MAX_CPU_NORMALIZATION_RATIO:
+                raise ValueError(f"must be > 0 and <= {MAX_CPU_NORMALIZATION_RATIO}, got {raw[:40]!r}")
         except ValueError as exc:
             ratio = None
             problems[ANNOTATION_CPU_NORMALIZATION_RATIO] = f"invalid ratio: {exc}"

@@ -9,8 +9,11 @@ Field semantics follow Go's `slo.koordinator.sh/v1alpha1` types: every scalar is
 2. for the LSR, LS and BE classes, a `cpuQOS` / `memoryQOS` / `resctrlQOS` with `enable: false` has its values
    replaced by the "None" template (enable stays false), so a disabled class never carries active values.
 
-`parse_nodeslo(doc)` does both and raises `ModelError` naming the first bad field; `default_nodeslo()` is the
-merge of an empty spec (what the agent uses when no NodeSLO object exists).
+`parse_nodeslo(doc)` does both and raises `ModelError` naming the first bad field (types only: the strict
+parser of tests and tools); `default_nodeslo()` is the merge of an empty spec (what the agent uses when no
+NodeSLO object exists). What the agent applies and `config validate` reports goes through
+`koordqos.model.nodeslo_validate.validate_nodeslo` (types, ranges, apiVersion/kind; an invalid field keeps its
+last valid value).
 """
 
 from __future__ import annotations
@@ -40,11 +43,15 @@ CPUPolicy = Literal["", "groupIdentity", "coreSched"]
 NetQOSPolicy = Literal["", "tc", "terway-qos"]
 MemoryQOSPolicy = Literal["", "default", "none", "auto"]
 
-# Value ranges of koordinator's `validate` tags, as JSON-schema keywords on the fields. Advisory: the agent
-# parses out-of-range values as koordlet does (its strategies check them at run time and skip the round);
-# `config validate` reports them as errors (koordqos.model.lint).
+# Value ranges of Koordinator's NodeSLO CRD (percent fields 0-100, the CPU QoS values), as JSON-schema
+# keywords on the fields. `parse_nodeslo` checks types only; `validate_nodeslo` (koordqos.model.
+# nodeslo_validate), which both the agent and `config validate` use, rejects a value outside its range and
+# keeps the field's last valid value (docs/nodeslo.md). The ranges are the CRD's kubebuilder markers and,
+# where the CRD has none, the `validate` tags koord-manager checks the same fields with.
 PERCENT: dict[str, Any] = {"minimum": 0, "maximum": 100}
 NON_NEGATIVE: dict[str, Any] = {"minimum": 0}
+POSITIVE: dict[str, Any] = {"minimum": 1}
+SWITCH: dict[str, Any] = {"minimum": 0, "maximum": 1}  # the 0/1 kernel switches
 
 
 # -- resourceUsedThresholdWithBE ---------------------------------------------------------------------------
@@ -77,7 +84,7 @@ class ResourceThresholdStrategy(_Spec):
         None, alias="cpuEvictBEUsageThresholdPercent", json_schema_extra=PERCENT
     )
     cpu_evict_time_window_seconds: int | None = Field(
-        None, alias="cpuEvictTimeWindowSeconds", json_schema_extra=NON_NEGATIVE
+        None, alias="cpuEvictTimeWindowSeconds", json_schema_extra=POSITIVE
     )
     cpu_evict_threshold_percent: int | None = Field(
         None, alias="cpuEvictThresholdPercent", json_schema_extra=PERCENT
@@ -118,17 +125,23 @@ class MemoryQOS(_Spec):
     """Per-class memory QoS knobs (percent values of the request/limit, Anolis memcg files)."""
 
     enable: bool | None = None
-    min_limit_percent: int | None = Field(None, alias="minLimitPercent")
-    low_limit_percent: int | None = Field(None, alias="lowLimitPercent")
-    throttling_percent: int | None = Field(None, alias="throttlingPercent")
-    wmark_ratio: int | None = Field(None, alias="wmarkRatio")
-    wmark_scale_permill: int | None = Field(None, alias="wmarkScalePermill")
-    wmark_min_adj: int | None = Field(None, alias="wmarkMinAdj")
-    priority_enable: int | None = Field(None, alias="priorityEnable")
-    priority: int | None = None
-    oom_kill_group: int | None = Field(None, alias="oomKillGroup")
+    min_limit_percent: int | None = Field(None, alias="minLimitPercent", json_schema_extra=PERCENT)
+    low_limit_percent: int | None = Field(None, alias="lowLimitPercent", json_schema_extra=PERCENT)
+    throttling_percent: int | None = Field(None, alias="throttlingPercent", json_schema_extra=PERCENT)
+    wmark_ratio: int | None = Field(None, alias="wmarkRatio", json_schema_extra=PERCENT)
+    wmark_scale_permill: int | None = Field(
+        None, alias="wmarkScalePermill", json_schema_extra={"minimum": 1, "maximum": 1000}
+    )
+    wmark_min_adj: int | None = Field(
+        None, alias="wmarkMinAdj", json_schema_extra={"minimum": -25, "maximum": 50}
+    )
+    priority_enable: int | None = Field(None, alias="priorityEnable", json_schema_extra=SWITCH)
+    priority: int | None = Field(None, json_schema_extra={"minimum": 0, "maximum": 12})
+    oom_kill_group: int | None = Field(None, alias="oomKillGroup", json_schema_extra=SWITCH)
     page_cache_limit_size: IntOrString | None = Field(None, alias="pageCacheLimitSize")
-    page_cache_limit_percent: int | None = Field(None, alias="pageCacheLimitPercent")
+    page_cache_limit_percent: int | None = Field(
+        None, alias="pageCacheLimitPercent", json_schema_extra=PERCENT
+    )
     page_cache_reclaim_sync: bool | None = Field(None, alias="pageCacheReclaimSync")
     page_cache_enable: bool | None = Field(None, alias="pageCacheEnable")
 
@@ -137,30 +150,33 @@ class ResctrlQOS(_Spec):
     """Per-class L3 cache way range and memory bandwidth percent."""
 
     enable: bool | None = None
-    cat_range_start_percent: int | None = Field(None, alias="catRangeStartPercent")
-    cat_range_end_percent: int | None = Field(None, alias="catRangeEndPercent")
-    mba_percent: int | None = Field(None, alias="mbaPercent")
+    # and start < end (validate_nodeslo: an empty way range has no mask)
+    cat_range_start_percent: int | None = Field(None, alias="catRangeStartPercent", json_schema_extra=PERCENT)
+    cat_range_end_percent: int | None = Field(None, alias="catRangeEndPercent", json_schema_extra=PERCENT)
+    mba_percent: int | None = Field(None, alias="mbaPercent", json_schema_extra=PERCENT)
 
 
 class IOCfg(_Spec):
     """blkio settings of one block device."""
 
-    read_iops: int | None = Field(None, alias="readIOPS")
-    write_iops: int | None = Field(None, alias="writeIOPS")
-    read_bps: int | None = Field(None, alias="readBPS")
-    write_bps: int | None = Field(None, alias="writeBPS")
-    io_weight_percent: int | None = Field(None, alias="ioWeightPercent")
-    read_latency: int | None = Field(None, alias="readLatency")
-    write_latency: int | None = Field(None, alias="writeLatency")
-    read_latency_percent: int | None = Field(None, alias="readLatencyPercent")
-    write_latency_percent: int | None = Field(None, alias="writeLatencyPercent")
+    read_iops: int | None = Field(None, alias="readIOPS", json_schema_extra=NON_NEGATIVE)
+    write_iops: int | None = Field(None, alias="writeIOPS", json_schema_extra=NON_NEGATIVE)
+    read_bps: int | None = Field(None, alias="readBPS", json_schema_extra=NON_NEGATIVE)
+    write_bps: int | None = Field(None, alias="writeBPS", json_schema_extra=NON_NEGATIVE)
+    io_weight_percent: int | None = Field(
+        None, alias="ioWeightPercent", json_schema_extra={"minimum": 1, "maximum": 100}
+    )
+    read_latency: int | None = Field(None, alias="readLatency", json_schema_extra=NON_NEGATIVE)
+    write_latency: int | None = Field(None, alias="writeLatency", json_schema_extra=NON_NEGATIVE)
+    read_latency_percent: int | None = Field(None, alias="readLatencyPercent", json_schema_extra=PERCENT)
+    write_latency_percent: int | None = Field(None, alias="writeLatencyPercent", json_schema_extra=PERCENT)
     enable_user_model: bool | None = Field(None, alias="enableUserModel")
-    model_read_bps: int | None = Field(None, alias="modelReadBPS")
-    model_write_bps: int | None = Field(None, alias="modelWriteBPS")
-    model_read_seq_iops: int | None = Field(None, alias="modelReadSeqIOPS")
-    model_write_seq_iops: int | None = Field(None, alias="modelWriteSeqIOPS")
-    model_read_rand_iops: int | None = Field(None, alias="modelReadRandIOPS")
-    model_write_rand_iops: int | None = Field(None, alias="modelWriteRandIOPS")
+    model_read_bps: int | None = Field(None, alias="modelReadBPS", json_schema_extra=POSITIVE)
+    model_write_bps: int | None = Field(None, alias="modelWriteBPS", json_schema_extra=POSITIVE)
+    model_read_seq_iops: int | None = Field(None, alias="modelReadSeqIOPS", json_schema_extra=POSITIVE)
+    model_write_seq_iops: int | None = Field(None, alias="modelWriteSeqIOPS", json_schema_extra=POSITIVE)
+    model_read_rand_iops: int | None = Field(None, alias="modelReadRandIOPS", json_schema_extra=POSITIVE)
+    model_write_rand_iops: int | None = Field(None, alias="modelWriteRandIOPS", json_schema_extra=POSITIVE)
 
 
 class BlockCfg(_Spec):
@@ -233,9 +249,15 @@ class CPUBurstConfig(_Spec):
     """CPU burst settings; also the pod annotation `koordinator.sh/cpuBurst` (merged field by field)."""
 
     policy: CPUBurstPolicy | None = None
-    cpu_burst_percent: int | None = Field(None, alias="cpuBurstPercent", json_schema_extra=NON_NEGATIVE)
-    cfs_quota_burst_percent: int | None = Field(None, alias="cfsQuotaBurstPercent")
-    cfs_quota_burst_period_seconds: int | None = Field(None, alias="cfsQuotaBurstPeriodSeconds")
+    cpu_burst_percent: int | None = Field(
+        None, alias="cpuBurstPercent", json_schema_extra={"minimum": 0, "maximum": 10000}
+    )
+    cfs_quota_burst_percent: int | None = Field(
+        None, alias="cfsQuotaBurstPercent", json_schema_extra={"minimum": 100}
+    )
+    cfs_quota_burst_period_seconds: int | None = Field(
+        None, alias="cfsQuotaBurstPeriodSeconds", json_schema_extra={"minimum": -1}
+    )
 
 
 class CPUBurstStrategy(CPUBurstConfig):
@@ -249,12 +271,16 @@ class CPUBurstStrategy(CPUBurstConfig):
 class SystemStrategy(_Spec):
     """`spec.systemStrategy`: host sysctls and sched features."""
 
-    min_free_kbytes_factor: int | None = Field(None, alias="minFreeKbytesFactor")
-    watermark_scale_factor: int | None = Field(None, alias="watermarkScaleFactor")
-    memcg_reap_back_ground: int | None = Field(None, alias="memcgReapBackGround")
+    min_free_kbytes_factor: int | None = Field(None, alias="minFreeKbytesFactor", json_schema_extra=POSITIVE)
+    watermark_scale_factor: int | None = Field(
+        None, alias="watermarkScaleFactor", json_schema_extra={"minimum": 1, "maximum": 400}
+    )
+    memcg_reap_back_ground: int | None = Field(None, alias="memcgReapBackGround", json_schema_extra=SWITCH)
     sched_group_identity_enabled: int | None = Field(None, alias="schedGroupIdentityEnabled")
     sched_idle_saver_wmark: int | None = Field(None, alias="schedIdleSaverWmark")
-    page_cache_limit_enabled: int | None = Field(None, alias="pageCacheLimitEnabled")
+    page_cache_limit_enabled: int | None = Field(
+        None, alias="pageCacheLimitEnabled", json_schema_extra=SWITCH
+    )
     total_network_bandwidth: IntOrString | None = Field(None, alias="totalNetworkBandwidth")
     sched_features: dict[str, bool] | None = Field(None, alias="schedFeatures")
 
@@ -392,7 +418,7 @@ DEFAULT_SPEC: Mapping[str, Any] = {
     "extensions": {},
 }
 
-_MERGED_KEYS = (
+MERGED_KEYS = (
     "resourceUsedThresholdWithBE",
     "resourceQOSStrategy",
     "cpuBurstStrategy",
@@ -416,7 +442,7 @@ def deep_overlay(base: Any, overlay: Any) -> Any:
     return copy.deepcopy(overlay)
 
 
-def _replace_disabled(qos_strategy: dict[str, Any]) -> None:
+def replace_disabled(qos_strategy: dict[str, Any]) -> None:
     for cls in ("lsrClass", "lsClass", "beClass"):
         conf = qos_strategy.get(cls)
         if not isinstance(conf, dict):
@@ -435,13 +461,13 @@ def _replace_disabled(qos_strategy: dict[str, Any]) -> None:
 def merge_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Raw spec dict → spec dict overlaid onto the defaults (before the None templates are applied)."""
     out: dict[str, Any] = {}
-    for key in _MERGED_KEYS:
+    for key in MERGED_KEYS:
         value = spec.get(key)
         if value is not None and not isinstance(value, Mapping):
             raise ModelError(f"{key}: expected an object (got {_short(value)})")
         out[key] = deep_overlay(DEFAULT_SPEC[key], value)
     for key, value in spec.items():
-        if key not in _MERGED_KEYS:
+        if key not in MERGED_KEYS:
             out[key] = value
     return out
 
@@ -463,6 +489,18 @@ def format_model_error(exc: ValidationError) -> str:
     return "; ".join(lines)
 
 
+def object_metadata(meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The NodeSLO model's metadata fields of an object's `metadata` ({} without one)."""
+    if meta is None:
+        return {}
+    gen = meta.get("generation", 0)
+    return {
+        "name": str(meta.get("name", "")),
+        "resource_version": str(meta.get("resourceVersion", "")),
+        "generation": gen if isinstance(gen, int) and not isinstance(gen, bool) else 0,
+    }
+
+
 def parse_nodeslo(doc: Mapping[str, Any]) -> NodeSLO:
     """Validate a NodeSLO object (or a bare spec), merged with koordlet's defaults; ModelError if invalid."""
     if not isinstance(doc, Mapping):
@@ -474,11 +512,7 @@ def parse_nodeslo(doc: Mapping[str, Any]) -> NodeSLO:
     if not isinstance(spec, Mapping):
         raise ModelError(f"spec: expected an object (got {_short(spec)})")
     merged = merge_spec(spec)
-    if isinstance(meta, Mapping):
-        merged["name"] = str(meta.get("name", ""))
-        merged["resource_version"] = str(meta.get("resourceVersion", ""))
-        gen = meta.get("generation", 0)
-        merged["generation"] = gen if isinstance(gen, int) and not isinstance(gen, bool) else 0
+    merged.update(object_metadata(meta if isinstance(meta, Mapping) else None))
     merged.pop("kind", None)
     merged.pop("apiVersion", None)
     merged.pop("metadata", None)
@@ -486,7 +520,7 @@ def parse_nodeslo(doc: Mapping[str, Any]) -> NodeSLO:
         # validate the overlay first, so a bad value inside a class that the None template is about to
         # replace is still reported (koordlet's json.Unmarshal fails before its merge, too)
         NodeSLO.model_validate(merged)
-        _replace_disabled(merged["resourceQOSStrategy"])
+        replace_disabled(merged["resourceQOSStrategy"])
         return NodeSLO.model_validate(merged)
     except ValidationError as exc:
         raise ModelError(format_model_error(exc)) from None

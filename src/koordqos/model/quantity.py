@@ -95,8 +95,15 @@ def _resource_value(name: str, value: str | int | float) -> int:
     return to_int(value)
 
 
+#: the largest value of a resource in the agent's unit (Kubernetes keeps quantities, milli-values included, in
+#: int64; a larger one overflows in koordlet and the API server refuses it)
+MAX_RESOURCE_VALUE = (1 << 63) - 1
+
+
 def parse_resource_list(raw: Mapping[str, Any]) -> tuple[dict[str, int], list[str]]:
-    """A ResourceList dict → ({name: value}, [errors]); deprecated names mapped, malformed ones left out."""
+    """A ResourceList dict → ({name: value}, [errors]); deprecated names mapped, malformed ones left out
+    (a negative quantity, which the API server's validation refuses in requests, limits, capacity and
+    allocatable, or one past int64 in the agent's unit, is malformed too)."""
     out: dict[str, int] = {}
     errors: list[str] = []
     if not isinstance(raw, Mapping):
@@ -109,7 +116,14 @@ def parse_resource_list(raw: Mapping[str, Any]) -> tuple[dict[str, int], list[st
             errors.append(f"{name}: invalid quantity {value!r}")
             continue
         try:
-            out[canonical] = resource_value(canonical, value)
+            parsed = resource_value(canonical, value)
         except ModelError as exc:
             errors.append(f"{name}: {exc}")
+            continue
+        if parsed < 0:
+            errors.append(f"{name}: negative quantity {value!r}")
+        elif parsed > MAX_RESOURCE_VALUE:
+            errors.append(f"{name}: quantity out of range {value!r}")
+        else:
+            out[canonical] = parsed
     return out, errors

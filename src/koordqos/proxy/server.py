@@ -24,7 +24,7 @@ from grpclib.server import Server
 from h2.connection import H2Connection
 from h2.utilities import SizeLimitDict
 
-from koordqos.errors import ConfigError
+from koordqos.errors import ConfigError, StartupError
 from koordqos.once import SeenOnce
 from koordqos.proxy import metrics as m
 from koordqos.proxy.registration import RegistrationFile
@@ -221,12 +221,33 @@ class ProxyServer:
         self.status = status if status is not None else {}
         self.started = asyncio.Event()
         self._server: Server | None = None
+        self._sock: socket.socket | None = None  # bound by `bind`, served by `start`
         self._identity: tuple[int, int, int] | None = None  # (dev, inode, ctime) of our socket file
 
-    async def start(self) -> None:
-        """Bind the socket and start accepting calls; then write the registration file."""
-        sock = bind_socket(self.socket_path)
+    def bind(self) -> None:
+        """Bind the socket (once; the agent does it before any component starts, so a path that is taken or
+        unusable is a start-up error before anything acts: ConfigError or StartupError, exit 2). Calls are
+        accepted from `start` on."""
+        if self._sock is not None:
+            return
+        try:
+            self._sock = bind_socket(self.socket_path)
+        except OSError as exc:
+            raise StartupError(f"--runtime-hooks-addr {self.socket_path}: {exc.strerror or exc}") from None
         self._identity = _identity(self.socket_path)
+
+    def unbind(self) -> None:
+        """Close a socket bound but never served, and remove it (the agent stops before serving)."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+            self._remove_socket()
+
+    async def start(self) -> None:
+        """Bind the socket unless bound, start accepting calls; then write the registration file."""
+        self.bind()
+        sock, self._sock = self._sock, None
+        assert sock is not None
         server = _CorkedServer([self.service], self.max_connections)
         try:
             await server.start(sock=sock)

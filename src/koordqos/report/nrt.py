@@ -22,6 +22,7 @@ from koordqos.model.node import NodeInfo
 from koordqos.model.pod import PodInfo
 from koordqos.model.qos import QoSClass
 from koordqos.model.quantity import resource_value
+from koordqos.model.wirevalue import FieldProblem, short
 from koordqos.report.format import cpu_quantity, decimal_quantity, memory_quantity
 from koordqos.report.kubelet import CheckpointState, KubeletCPUManager, policy_annotation
 from koordqos.report.pools import (
@@ -275,20 +276,23 @@ def overlay(current: Mapping[str, Any], want: NRTDesired) -> Json:
     return obj
 
 
-def _decoded(raw: str | None) -> Any:
+def _decoded(raw: Any) -> Any:
     if raw is None:
         return ("absent",)
+    if not isinstance(raw, str):
+        return ("invalid", short(raw))
     try:
         return json.loads(raw)
     except ValueError:
         return ("invalid", raw)
 
 
-def _quantity(name: str, raw: Any) -> Any:
+def _quantity(name: str, raw: Any) -> str:
+    """A quantity as a comparable text: its value in the agent's unit, or the raw value marked invalid."""
     try:
-        return resource_value(name, str(raw))
-    except (ModelError, TypeError):
-        return raw
+        return str(resource_value(name, str(raw)))
+    except (ModelError, TypeError, ValueError):
+        return "invalid:" + short(raw)
 
 
 def _zone_key(zone: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -299,7 +303,90 @@ def _zone_key(zone: Mapping[str, Any]) -> tuple[Any, ...]:
         for r in zone.get("resources") or []
         if isinstance(r, Mapping) and r.get("name") in MANAGED_RESOURCES
     }
-    return (zone.get("name"), zone.get("type"), tuple(sorted(res.items())))
+    return (str(zone.get("name")), str(zone.get("type")), tuple(sorted(res.items())))
+
+
+def _clean(value: Any) -> bool:
+    """JSON the API server could have sent: no NaN or infinity anywhere (Go's encoder cannot write them)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def sanitized(current: Mapping[str, Any], problems: list[FieldProblem]) -> Json:
+    """The NRT read from the API server with what no NRT can hold dropped (issue #39): non-string
+    annotations and labels, zones and resources that are not objects or carry NaN/infinite numbers, parts of
+    the wrong type. Each drop is a problem; what is dropped and ours is written again by the overlay."""
+    obj = dict(current)
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        if meta is not None:
+            problems.append(FieldProblem("metadata", "wrong type", short(meta), "an object"))
+        meta = {}
+    meta = dict(meta)
+    for part in ("annotations", "labels"):
+        raw = meta.get(part)
+        if raw is None:
+            continue
+        if not isinstance(raw, Mapping):
+            problems.append(FieldProblem(f"metadata.{part}", "wrong type", short(raw), "a map of strings"))
+            meta[part] = {}
+            continue
+        kept = {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
+        for k, v in raw.items():
+            if k not in kept:
+                where = f"metadata.{part}[{short(k)}]"
+                problems.append(FieldProblem(where, "wrong type", short(v), "a string"))
+        meta[part] = kept
+    for key in [k for k, v in meta.items() if not _clean(v)]:
+        problems.append(
+            FieldProblem(f"metadata.{key}", "out of range", short(meta.pop(key)), "finite numbers")
+        )
+    obj["metadata"] = meta
+    for key in [k for k, v in obj.items() if k not in ("metadata", "zones") and not _clean(v)]:
+        problems.append(FieldProblem(str(key), "out of range", short(obj.pop(key)), "finite numbers"))
+    policies = obj.get("topologyPolicies")
+    if policies is not None and not (
+        isinstance(policies, list) and all(isinstance(p, str) for p in policies)
+    ):
+        problems.append(FieldProblem("topologyPolicies", "wrong type", short(policies), "a list of strings"))
+        obj["topologyPolicies"] = []
+    zones = obj.get("zones")
+    if zones is None:
+        return obj
+    if not isinstance(zones, list):
+        problems.append(FieldProblem("zones", "wrong type", short(zones), "a list of zones"))
+        obj["zones"] = []
+        return obj
+    out = []
+    for i, zone in enumerate(zones):
+        if not isinstance(zone, Mapping) or not isinstance(zone.get("name"), str):
+            problems.append(FieldProblem(f"zones[{i}]", "wrong type", short(zone), "a zone with a name"))
+            continue
+        zone = dict(zone)
+        resources = zone.get("resources")
+        if resources is not None and not isinstance(resources, list):
+            problems.append(FieldProblem(f"zones[{i}].resources", "wrong type", short(resources), "a list"))
+            resources = []
+        kept_resources = []
+        for j, r in enumerate(resources or []):
+            if isinstance(r, Mapping) and isinstance(r.get("name"), str) and _clean(r):
+                kept_resources.append(r)
+            else:
+                where = f"zones[{i}].resources[{j}]"
+                problems.append(
+                    FieldProblem(where, "wrong type", short(r), "a resource with finite quantities")
+                )
+        if resources is not None:
+            zone["resources"] = kept_resources
+        if not _clean({k: v for k, v in zone.items() if k != "resources"}):
+            problems.append(FieldProblem(f"zones[{i}]", "out of range", short(zone), "finite numbers"))
+            continue
+        out.append(zone)
+    obj["zones"] = out
+    return obj
 
 
 def changed(current: Mapping[str, Any], want: NRTDesired) -> bool:
@@ -322,14 +409,21 @@ def changed(current: Mapping[str, Any], want: NRTDesired) -> bool:
 
 
 def modifier(
-    want: NRTDesired, node_name: str, node_uid: str
+    want: NRTDesired, node_name: str, node_uid: str, problems: list[FieldProblem] | None = None
 ) -> Callable[[Mapping[str, Any] | None], Json | None]:
     """The read-modify-write step for the NRT writer: the skeleton with our parts when absent, the overlay
-    when the object differs semantically, None when it is current."""
+    when the object differs semantically, None when it is current. What the object in the cluster holds that
+    no NRT can (`sanitized`) is dropped and listed in `problems`."""
 
     def modify(current: Mapping[str, Any] | None) -> Json | None:
         if current is None:
             return overlay(skeleton(node_name, node_uid), want)
-        return overlay(current, want) if changed(current, want) else None
+        found: list[FieldProblem] = []
+        clean = sanitized(current, found)
+        if problems is not None:
+            problems.extend(found)
+        if found or changed(clean, want):
+            return overlay(clean, want)
+        return None
 
     return modify

@@ -19,7 +19,7 @@ from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import read_topology
 from koordqos.metrics.types import ContainerSeries
 from koordqos.model.node import parse_node
-from koordqos.model.nodeslo import parse_nodeslo
+from koordqos.model.nodeslo_validate import validate_nodeslo
 from koordqos.model.pod import parse_pod
 from koordqos.report.build import kubelet_sources
 from koordqos.report.history import ReportHistory
@@ -50,7 +50,7 @@ async def _cluster_state(client: KubeClient, node: str) -> tuple[NodeState, Json
     slo = None
     if slo_doc is not None:
         try:
-            slo = parse_nodeslo(slo_doc)
+            slo = validate_nodeslo(slo_doc).slo  # as the agent applies it: invalid fields at their defaults
         except ModelError:
             slo = None
     nodemetric = await _get(client, f"/apis/slo.koordinator.sh/v1alpha1/nodemetrics/{node}")

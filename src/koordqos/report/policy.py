@@ -1,8 +1,14 @@
 """The NodeMetric `spec.metricCollectPolicy`, merged over koordlet's defaults (koordinator-reporting.md §1.2).
 
 Absent fields keep their default; a present `durations` list replaces the default list; the aggregate
-window is raised to at least 60 s and the report interval to at least 30 s. A malformed field keeps its
-default and is reported in `problems` (logged once by the reporter), so a bad spec never stops reporting.
+window is raised to at least 60 s and the report interval to at least 30 s.
+
+Each field is checked as the NodeMetric CRD and Go's decoding would (issue #39): the seconds fields are
+integers from 0 to the longest Go duration (NaN, ±Inf, fractions, negative, larger or other types are
+rejected), `durations` a list of Go duration strings, each > 0 and no longer than a Go duration,
+`nodeMemoryCollectPolicy` one of its three values. A rejected field keeps its value of the last policy (the
+last valid value) or its default, and is a `FieldProblem` in `problems` (logged and counted by the
+reporter), so a hostile spec never stops reporting.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from koordqos.model.wirevalue import MAX_DURATION_SECONDS, FieldProblem, json_integer, short
 from koordqos.report.format import parse_go_duration
 
 USAGE_WITHOUT_PAGE_CACHE = "usageWithoutPageCache"
@@ -25,6 +32,7 @@ MIN_AGGREGATE_SECONDS = 60
 MIN_REPORT_INTERVAL_SECONDS = 30
 #: koord-scheduler's default NodeMetric expiry: a longer report interval makes the metric look stale
 SCHEDULER_EXPIRY_SECONDS = 180
+_PREFIX = "spec.metricCollectPolicy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +43,7 @@ class CollectPolicy:
     report_interval_seconds: int = DEFAULT_REPORT_INTERVAL_SECONDS
     durations: tuple[float, ...] = DEFAULT_DURATIONS
     memory_policy: str = USAGE_WITHOUT_PAGE_CACHE  # as received (reported definition: `with_page_cache`)
-    problems: tuple[str, ...] = field(default=(), compare=False)
+    problems: tuple[FieldProblem, ...] = field(default=(), compare=False)
 
     @property
     def with_page_cache(self) -> bool:
@@ -54,61 +62,101 @@ class CollectPolicy:
         return float(self.aggregate_seconds + self.report_interval_seconds)
 
 
-def _int(raw: Any, name: str, default: int, problems: list[str]) -> int:
-    if raw is None:
-        return default
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw != int(raw):
-        problems.append(f"{name}: expected an integer, got {raw!r}")
-        return default
-    return int(raw)
+def _seconds(raw: Any, name: str, minimum: int, last: int, problems: list[FieldProblem]) -> int:
+    checked = json_integer(raw, f"{_PREFIX}.{name}", 0, MAX_DURATION_SECONDS)
+    if isinstance(checked, FieldProblem):
+        problems.append(checked)
+        return last
+    return max(checked, minimum)
 
 
-def parse_collect_policy(spec: Mapping[str, Any] | None) -> CollectPolicy:
-    """NodeMetric `spec` (the whole spec object) → effective policy."""
-    problems: list[str] = []
-    raw = (spec or {}).get("metricCollectPolicy") if isinstance(spec, Mapping) else None
+def _durations(raw: Any, last: tuple[float, ...], problems: list[FieldProblem]) -> tuple[float, ...]:
+    """A list of Go duration strings; any invalid item keeps the whole last valid list (it is one field)."""
+    path = f"{_PREFIX}.nodeAggregatePolicy.durations"
+    if not isinstance(raw, list):
+        problems.append(FieldProblem(path, "wrong type", short(raw), "a list of Go durations"))
+        return last
+    parsed: list[float] = []
+    found: list[FieldProblem] = []
+    for i, item in enumerate(raw):
+        where = f"{path}[{i}]"
+        if not isinstance(item, str):
+            found.append(FieldProblem(where, "wrong type", short(item), 'a Go duration such as "5m0s"'))
+            continue
+        try:
+            seconds = parse_go_duration(item)
+        except ValueError:
+            found.append(FieldProblem(where, "invalid duration", short(item), 'a Go duration such as "5m0s"'))
+            continue
+        if not 0 < seconds <= MAX_DURATION_SECONDS:
+            found.append(
+                FieldProblem(where, "out of range", short(item), f"> 0 and <= {MAX_DURATION_SECONDS}s")
+            )
+            continue
+        parsed.append(seconds)
+    if found:
+        problems.extend(found)
+        return last
+    return tuple(parsed)
+
+
+def parse_collect_policy(spec: Mapping[str, Any] | None, last: CollectPolicy | None = None) -> CollectPolicy:
+    """NodeMetric `spec` (the whole spec object) → effective policy; a rejected field keeps its value of
+    `last` (the policy in force) or its default."""
+    fallback = last if last is not None else CollectPolicy()
+    problems: list[FieldProblem] = []
+    raw = spec.get("metricCollectPolicy") if isinstance(spec, Mapping) else None
     if raw is None:
         return CollectPolicy()
     if not isinstance(raw, Mapping):
-        return CollectPolicy(problems=(f"metricCollectPolicy: expected an object, got {raw!r}",))
-    aggregate = _int(
-        raw.get("aggregateDurationSeconds"), "aggregateDurationSeconds", DEFAULT_AGGREGATE_SECONDS, problems
-    )
-    interval = _int(
-        raw.get("reportIntervalSeconds"), "reportIntervalSeconds", DEFAULT_REPORT_INTERVAL_SECONDS, problems
-    )
+        problem = FieldProblem(_PREFIX, "wrong type", short(raw), "an object")
+        return CollectPolicy(
+            fallback.aggregate_seconds,
+            fallback.report_interval_seconds,
+            fallback.durations,
+            fallback.memory_policy,
+            (problem,),
+        )
+    aggregate = DEFAULT_AGGREGATE_SECONDS
+    if raw.get("aggregateDurationSeconds") is not None:
+        aggregate = _seconds(
+            raw["aggregateDurationSeconds"],
+            "aggregateDurationSeconds",
+            MIN_AGGREGATE_SECONDS,
+            fallback.aggregate_seconds,
+            problems,
+        )
+    interval = DEFAULT_REPORT_INTERVAL_SECONDS
+    if raw.get("reportIntervalSeconds") is not None:
+        interval = _seconds(
+            raw["reportIntervalSeconds"],
+            "reportIntervalSeconds",
+            MIN_REPORT_INTERVAL_SECONDS,
+            fallback.report_interval_seconds,
+            problems,
+        )
     durations: tuple[float, ...] = DEFAULT_DURATIONS
     agg = raw.get("nodeAggregatePolicy")
-    if isinstance(agg, Mapping) and agg.get("durations") is not None:
-        items = agg.get("durations")
-        parsed: list[float] = []
-        if not isinstance(items, list):
-            problems.append(f"nodeAggregatePolicy.durations: expected a list, got {items!r}")
-        else:
-            for item in items:
-                try:
-                    seconds = parse_go_duration(str(item))
-                except ValueError:
-                    problems.append(f"nodeAggregatePolicy.durations: invalid duration {item!r}")
-                    continue
-                if seconds <= 0:
-                    problems.append(f"nodeAggregatePolicy.durations: duration must be > 0, got {item!r}")
-                    continue
-                parsed.append(seconds)
-            durations = tuple(parsed)
-    elif agg is not None and not isinstance(agg, Mapping):
-        problems.append(f"nodeAggregatePolicy: expected an object, got {agg!r}")
+    if isinstance(agg, Mapping):
+        if agg.get("durations") is not None:
+            durations = _durations(agg["durations"], fallback.durations, problems)
+    elif agg is not None:
+        path = f"{_PREFIX}.nodeAggregatePolicy"
+        problems.append(FieldProblem(path, "wrong type", short(agg), "an object"))
+        durations = fallback.durations
     memory = raw.get("nodeMemoryCollectPolicy")
     if memory is None:
         memory = USAGE_WITHOUT_PAGE_CACHE
-    elif memory not in MEMORY_POLICIES:
+    elif not isinstance(memory, str) or memory not in MEMORY_POLICIES:
+        valid = "one of " + " or ".join(f'"{m}"' for m in MEMORY_POLICIES)
         problems.append(
-            f"nodeMemoryCollectPolicy: unknown value {memory!r}, using {USAGE_WITHOUT_PAGE_CACHE}"
+            FieldProblem(f"{_PREFIX}.nodeMemoryCollectPolicy", "unknown value", short(memory), valid)
         )
+        memory = fallback.memory_policy
     return CollectPolicy(
-        aggregate_seconds=max(aggregate, MIN_AGGREGATE_SECONDS),
-        report_interval_seconds=max(interval, MIN_REPORT_INTERVAL_SECONDS),
+        aggregate_seconds=aggregate,
+        report_interval_seconds=interval,
         durations=durations,
-        memory_policy=str(memory),
+        memory_policy=memory,
         problems=tuple(problems),
     )

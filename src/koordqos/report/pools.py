@@ -14,6 +14,7 @@ from typing import Any
 
 from koordqos.errors import ModelError
 from koordqos.metrics.topology import CpuTopology
+from koordqos.model import jsontext
 from koordqos.model.cpuset import format_cpuset, parse_cpuset
 from koordqos.model.keys import ANNOTATION_RESOURCE_STATUS
 from koordqos.model.node import ANNOTATION_NODE_RESERVATION, ANNOTATION_SYSTEM_QOS_RESOURCE, NodeInfo
@@ -86,7 +87,7 @@ def reservation_annotation(
     if not raw:
         return {}, ()
     try:
-        doc = json.loads(raw)
+        doc = jsontext.loads(raw)
         if not isinstance(doc, dict):
             return {}, ()
         cpus_text = doc.get("reservedCPUs") or ""
@@ -111,7 +112,7 @@ def system_qos_annotation(node: NodeInfo | None) -> tuple[dict[str, Any], tuple[
     if not raw:
         return {}, ()
     try:
-        doc = json.loads(raw)
+        doc = jsontext.loads(raw)
     except ValueError:
         return {}, ()
     if not isinstance(doc, dict):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from prometheus_client import Counter
 
 from koordqos import observability as obs
 from koordqos.errors import ConfigError, KubeError, ModelError
@@ -52,6 +53,7 @@ from koordqos.metrics.types import MetricSnapshot
 from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO
 from koordqos.model.pod import PodInfo
+from koordqos.model.wirevalue import FieldProblem
 from koordqos.once import SeenOnce
 from koordqos.report.batch import (
     BATCH_CPU,
@@ -81,6 +83,28 @@ log = structlog.get_logger("koordqos.report")
 Json = dict[str, Any]
 Sleep = Callable[[float], Awaitable[None]]
 PODS_PER_STEP = 100  # a report's pod metadata is built in slices this long (the loop gets a turn between)
+INVALID_FIELDS = Counter(
+    "koordqos_report_invalid_fields_total",
+    "Fields of API objects the reporters read that were rejected (NaN, infinite, out of range, wrong type): "
+    "the last valid value or the default kept; each problem counted when it appears",
+    ["kind"],
+    registry=obs.REGISTRY,
+)
+
+
+def report_invalid_fields(
+    kind: str, problems: tuple[FieldProblem, ...], before: frozenset[tuple[str, str, str]], **context: object
+) -> frozenset[tuple[str, str, str]]:
+    """Log and count the problems not already in `before` (the last object's); returns this object's set, so a
+    re-read of the same object repeats nothing and the same bad value after a valid one is reported again."""
+    for problem in problems:
+        if problem.key not in before:
+            INVALID_FIELDS.labels(kind).inc()
+            obs.ERRORS.labels("report", "invalid-field").inc()
+            log.error(
+                f"{kind} field rejected; keeping its last valid value", problem=problem.describe(), **context
+            )
+    return frozenset(p.key for p in problems)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +144,7 @@ class NodeMetricReporter:
         self._pods: Mapping[str, PodInfo] | None = None  # the state's pods map retain_pods last saw
         self._node_slo: NodeSLO | None = None
         self._said: SeenOnce[str] = SeenOnce()
+        self._spec_problems: frozenset[tuple[str, str, str]] = frozenset()  # of the spec last read
         self._state_note = ""
         # the report's pod metadata: rebuilt when the pods mapping changes, from a per-pod memo (uid → the
         # PodInfo it was made of and its PodMeta), so a pod change costs one PodMeta, not one per pod
@@ -164,10 +189,9 @@ class NodeMetricReporter:
             log.warning(msg, **kw) if note else log.info(msg, **kw)
 
     def set_policy(self, policy: CollectPolicy) -> None:
-        """Apply a NodeMetric spec: retention follows the windows; problems, a long interval warned once."""
-        for problem in policy.problems:
-            if self._said.first("spec:" + problem):
-                log.warning("NodeMetric spec field ignored", problem=problem)
+        """Apply a NodeMetric spec: retention follows the windows; rejected fields logged and counted when
+        they appear, a long interval warned once."""
+        self._spec_problems = report_invalid_fields("NodeMetric", policy.problems, self._spec_problems)
         if policy.report_interval_seconds >= SCHEDULER_EXPIRY_SECONDS and self._said.first(
             f"interval:{policy.report_interval_seconds}"
         ):
@@ -241,7 +265,7 @@ class NodeMetricReporter:
             )
             return False
         spec = obj.get("spec")
-        self.set_policy(parse_collect_policy(spec if isinstance(spec, dict) else None))
+        self.set_policy(parse_collect_policy(spec if isinstance(spec, dict) else None, self.policy))
         return True
 
     async def round(self) -> ReportRecord:
@@ -273,16 +297,20 @@ class NodeMetricReporter:
 
     async def run(self) -> None:
         """Report every interval until cancelled (the first report one interval after start)."""
-        await self.refresh_policy()
+        await self._guarded(self.refresh_policy, "NodeMetric spec read failed")
         while True:
             await self.sleep(self.policy.report_interval_seconds)
-            try:
-                await self.round()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # one bad round must not stop reporting
-                obs.ERRORS.labels(self.name, type(exc).__name__).inc()
-                log.exception("NodeMetric report round failed")
+            await self._guarded(self.round, "NodeMetric report round failed")
+
+    async def _guarded(self, step: Callable[[], Awaitable[object]], what: str) -> None:
+        """One step; a failure is counted and logged, never the end of reporting."""
+        try:
+            await step()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # one bad round must not stop reporting
+            obs.ERRORS.labels(self.name, type(exc).__name__).inc()
+            log.exception(what)
 
     def debug_state(self) -> Json:
         """Last report and when it was written (for /debug/state)."""
@@ -370,6 +398,7 @@ class TopologyReporter:
         self._configz: KubeletCPUManager | None = None
         self._configz_at: float | None = None
         self._said: SeenOnce[str] = SeenOnce()
+        self._nrt_problems: frozenset[tuple[str, str, str]] = frozenset()  # of the NRT last read
         self._wake = asyncio.Event()
         self._checkpoint_text: str | None = None
         self._checkpoint_state: CheckpointState | None = None
@@ -522,7 +551,15 @@ class TopologyReporter:
         if want == self._written and not due:
             return self.last
         node: NodeInfo | None = self.bus.state.node
-        out: WriteOutcome = await self.writer.sync(modifier(want, self.node_name, node.uid if node else ""))
+        found: list[FieldProblem] = []
+        out: WriteOutcome = await self.writer.sync(
+            modifier(want, self.node_name, node.uid if node else "", found)
+        )
+        # the problems of the object read (once each even when a conflict made it read again)
+        unique = tuple({p.key: p for p in found}.values())
+        self._nrt_problems = report_invalid_fields(
+            "NodeResourceTopology", unique, self._nrt_problems, node=self.node_name
+        )
         written_at = self.last.written_at if self.last is not None else ""
         if out.outcome in ("written", "unchanged"):
             self._written = want

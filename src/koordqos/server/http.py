@@ -73,6 +73,7 @@ class HTTPServer:
         self.port = int(port)
         self.bound_port: int | None = None
         self.app = self._make_app()
+        self._runner: web.AppRunner | None = None
 
     def _make_app(self) -> web.Application:
         app = web.Application()
@@ -85,24 +86,42 @@ class HTTPServer:
             app.router.add_get("/debug/loop", self.debug_loop)
         return app
 
-    async def run(self) -> None:
-        """Serve until cancelled."""
+    async def bind(self) -> None:
+        """Listen on `--http-addr` (once; the agent does it before any component starts, so a taken port is
+        a start-up error before anything acts: StartupError, exit 2). Requests are answered from then on."""
+        if self._runner is not None:
+            return
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
         try:
-            try:
-                await site.start()
-            except OSError as exc:
-                # at start-up, not a crash to retry: the agent exits with this one line
-                raise StartupError(f"--http-addr {self.settings.http_addr}: {exc.strerror or exc}") from None
-            server = getattr(site, "_server", None)
-            if server is not None and server.sockets:
-                self.bound_port = server.sockets[0].getsockname()[1]
-            log.info("http listening", addr=f"{self.host}:{self.bound_port or self.port}")
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            # at start-up, not a crash to retry: the agent exits with this one line
+            raise StartupError(f"--http-addr {self.settings.http_addr}: {exc.strerror or exc}") from None
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            self.bound_port = server.sockets[0].getsockname()[1]
+        log.info("http listening", addr=f"{self.host}:{self.bound_port or self.port}")
+
+    async def close(self) -> None:
+        """Stop listening (a no-op when not bound)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def run(self) -> None:
+        """Serve until cancelled (binding first unless the agent did)."""
+        try:
+            await self.bind()
             await asyncio.Event().wait()
         finally:
-            await runner.cleanup()
+            await self.close()
 
     async def healthz(self, request: web.Request) -> web.Response:
         """200 while the event loop answers (this handler running proves it)."""

@@ -6,7 +6,11 @@ model) and the dirs of pods with the `koordinator.sh/blkioQOS` annotation. A blo
 `"<MAJ:MIN> <value>"` line per file and disk, and every disk already present in a target's files but no
 longer configured is reset (throttles 0, weight 100, cost qos `enable=0`). A disabled `blkioQOS` means no
 blocks, so everything is reset. A block that does not resolve aborts its target for the round (problem
-reported). On cgroup v2 the executor maps the throttles to `io.max` and the weight to `io.weight`.
+reported). On cgroup v2 the executor maps the throttles to `io.max` and the weight to `io.weight`; there a
+disk's weight is planned only while its io cost QoS is on (the kernel refuses a per-disk `io.weight` with
+EOPNOTSUPP otherwise: seen in the v2 VM), and a weight other than 100 without it is a reported problem. The
+root's cost QoS is switched on before the targets are written and off after them (a weight is written
+while its disk's cost QoS is on, a reset too).
 Pure: `plan_blkio` turns `BlkioInputs` into `CgroupWrite` intents.
 """
 
@@ -32,7 +36,7 @@ from koordqos.strategies.framework import INVALID_CONFIG, StrategyEnv
 if TYPE_CHECKING:
     from koordqos.config import AgentConfig
 
-NAME = "BlkioReconcile"
+NAME = "BlkIOReconcile"  # its koordlet gate (koordlet's strategy: BlkioReconcile)
 REASON = "UpdateBlkio"
 DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
 
@@ -81,11 +85,14 @@ class BlkioInputs:
     current: Mapping[tuple[str, str], str]  # (dir, resource) → file content (missing: not read / absent)
     pvc_volumes: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (ns, claim) → PV name
     kubelet_root: str = DEFAULT_KUBELET_ROOT
+    # cgroup v2: a disk's io.weight takes a value only while the disk's io cost QoS is on
+    weight_needs_cost_qos: bool = False
 
 
 @dataclass
 class BlkioPlan:
-    """Writes (targets in order: BE, root, pods) and problems by target."""
+    """Writes (in order: the root's cost QoS switched on and models, BE, pods, the root's cost QoS switched
+    off) and problems by target."""
 
     writes: list[CgroupWrite] = field(default_factory=list)
     problems: dict[str, str] = field(default_factory=dict)
@@ -186,7 +193,9 @@ def _target(
     level: Level,
     blocks: Sequence[BlockCfg],
     pod: PodInfo | None,
+    cost_on: frozenset[str] | None,
 ) -> None:
+    """`cost_on`: the disks whose io cost QoS is on (None: a weight needs none, v1)."""
     lines: list[tuple[str, str]] = []
     configured: set[str] = set()
     try:
@@ -201,7 +210,29 @@ def _target(
         present = parse_device_lines(inp.current.get((parent, resource), ""))
         for number in sorted(set(present) - configured):
             lines.append((resource, f"{number} {RESET_VALUE[resource]}"))
+    if cost_on is not None:
+        kept = []
+        for resource, value in lines:
+            number, _, weight = value.partition(" ")
+            if resource != WEIGHT or number in cost_on:
+                kept.append((resource, value))
+            elif weight != str(RESET_VALUE[WEIGHT]):
+                plan.problems[f"{key}:{number}"] = (
+                    f"ioWeightPercent {weight} on disk {number} needs its io cost QoS on "
+                    "(cgroupRoot blkioQOS): cgroup v2 refuses a disk's io.weight without it"
+                )
+        lines = kept
     plan.writes += [CgroupWrite(parent, r, v, level) for r, v in lines]
+
+
+def _cost_on(inp: BlkioInputs, root_writes: Sequence[CgroupWrite]) -> frozenset[str]:
+    """The disks whose io cost QoS is on now or is switched on by this plan (and not yet off)."""
+    present = parse_device_lines(inp.current.get((ROOT_DIR, COST_QOS), ""))
+    on = {number for number, rest in present.items() if "enable=1" in rest.split()}
+    for w in root_writes:
+        if w.resource == COST_QOS and "enable=1" in str(w.value).split():
+            on.add(str(w.value).split()[0])
+    return frozenset(on)
 
 
 def _root(plan: BlkioPlan, inp: BlkioInputs, blocks: Sequence[BlockCfg]) -> None:
@@ -241,16 +272,22 @@ def pod_blkio(pod: PodInfo) -> BlkIOQOS | str | None:
 def plan_blkio(inp: BlkioInputs) -> BlkioPlan:
     """BE class, root and annotated pods."""
     plan = BlkioPlan()
+    root_plan = BlkioPlan()
+    root = _class_blkio(inp.slo, "cgroup_root")
+    if root is not None:
+        _root(root_plan, inp, _blocks(root))
+    plan.problems.update(root_plan.problems)
+    # the disks' cost QoS on before the targets' weights, off after their resets
+    switch_off = [w for w in root_plan.writes if str(w.value).endswith(" enable=0")]
+    plan.writes += [w for w in root_plan.writes if not str(w.value).endswith(" enable=0")]
+    cost_on = _cost_on(inp, plan.writes) if inp.weight_needs_cost_qos else None
     be = _class_blkio(inp.slo, "be_class")
     if be is not None:
-        _target(plan, inp, "beClass", inp.be_dir, Level.QOS, _blocks(be), None)
+        _target(plan, inp, "beClass", inp.be_dir, Level.QOS, _blocks(be), None, cost_on)
     for cls in ("lsr_class", "ls_class"):
         conf = _class_blkio(inp.slo, cls)
         if conf is not None and conf.enable is True and conf.blocks:
             plan.problems[cls] = "blkioQOS blocks are only supported for beClass and cgroupRoot"
-    root = _class_blkio(inp.slo, "cgroup_root")
-    if root is not None:
-        _root(plan, inp, _blocks(root))
     for uid in sorted(inp.pods):
         pod = inp.pods[uid]
         if pod.qos_raw is QoSClass.NONE or pod.phase != "Running":
@@ -264,7 +301,8 @@ def plan_blkio(inp: BlkioInputs) -> BlkioPlan:
         parent = inp.pod_dirs.get(uid)
         if parent is None:
             continue
-        _target(plan, inp, pod.key, parent, Level.POD, _blocks(parsed), pod)
+        _target(plan, inp, pod.key, parent, Level.POD, _blocks(parsed), pod, cost_on)
+    plan.writes += switch_off
     return plan
 
 
@@ -330,7 +368,16 @@ class BlkioReconcileStrategy:
         for key, volume in state.volume_claims.items():
             ns, _, claim = key.partition("/")
             claims[(ns, claim)] = volume
-        inp = BlkioInputs(state.node_slo, self.storage(env), state.pods, be_dir, pod_dirs, current, claims)
+        inp = BlkioInputs(
+            state.node_slo,
+            self.storage(env),
+            state.pods,
+            be_dir,
+            pod_dirs,
+            current,
+            pvc_volumes=claims,
+            weight_needs_cost_qos=layout.version is CgroupVersion.V2,
+        )
         plan = plan_blkio(inp)
         self.last_plan = plan
         for key, msg in plan.problems.items():

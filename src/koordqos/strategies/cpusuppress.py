@@ -55,7 +55,7 @@ from koordqos.strategies.usage import (
     system_qos_exclusive_cpus,
 )
 
-NAME = "CPUSuppress"
+NAME = "BECPUSuppress"  # its koordlet gate (koordlet's strategy: CPUSuppress)
 DEFAULT_THRESHOLD_PERCENT = 65
 BYPASS_RATIO = 0.01
 BE_MIN_CPUSET_CORES = 2

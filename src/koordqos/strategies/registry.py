@@ -28,16 +28,19 @@ def build_all() -> list[QoSStrategy]:
     return [_REGISTRY[n]() for n in registered()]
 
 
-# koordlet's table order (BlkioReconcile, CgroupReconcile, CPUBurst, CPUEvict, CPUSuppress, MemoryEvict, …)
+# koordlet's table order (BlkioReconcile, CgroupReconcile, CPUBurst, CPUEvict, CPUSuppress, MemoryEvict, …),
+# each strategy named by its koordlet gate (#32 6: `BECPUSuppress` in logs, decisions and metrics, not
+# `CPUSuppress`); the two eviction strategies serve three gates each and keep the gate of the same name, their
+# tasks and log lines name the gate (`feature`) that made them
 ORDER = (
-    "BlkioReconcile",
+    "BlkIOReconcile",
     "CgroupReconcile",
     "CPUBurst",
     "CPUEvict",
-    "CPUSuppress",
+    "BECPUSuppress",
     "MemoryEvict",
-    "ResctrlReconcile",
-    "SystemConfigReconcile",
+    "RdtResctrl",
+    "SystemConfig",
     "TCNetworkQoS",  # koordlet's runtime-hook rules (runtime-hooks.md §3.9, §3.10), run as strategies here
     "TerwayQoS",
     "PSIInterference",  # koordqos's own (docs/psi.md), after koordlet's
@@ -57,17 +60,20 @@ def _register_builtin() -> None:
     from koordqos.strategies.tcqos import TCNetworkQoSStrategy
     from koordqos.strategies.terwayqos import TerwayQoSStrategy
 
-    register("BlkioReconcile", BlkioReconcileStrategy)
-    register("CgroupReconcile", CgroupReconcileStrategy)
-    register("CPUBurst", CPUBurstStrategy)
-    register("CPUEvict", CPUEvictStrategy)
-    register("CPUSuppress", CPUSuppressStrategy)
-    register("MemoryEvict", MemoryEvictStrategy)
-    register("PSIInterference", PSIInterferenceStrategy)
-    register("ResctrlReconcile", ResctrlReconcileStrategy)
-    register("SystemConfigReconcile", SystemConfigStrategy)
-    register("TCNetworkQoS", TCNetworkQoSStrategy)
-    register("TerwayQoS", TerwayQoSStrategy)
+    for factory in (
+        BlkioReconcileStrategy,
+        CgroupReconcileStrategy,
+        CPUBurstStrategy,
+        CPUEvictStrategy,
+        CPUSuppressStrategy,
+        MemoryEvictStrategy,
+        PSIInterferenceStrategy,
+        ResctrlReconcileStrategy,
+        SystemConfigStrategy,
+        TCNetworkQoSStrategy,
+        TerwayQoSStrategy,
+    ):
+        register(factory.name, factory)
 
 
 _register_builtin()

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("koordqos.strategies.resctrl")
 
-NAME = "ResctrlReconcile"
+NAME = "RdtResctrl"  # its koordlet gate (koordlet's strategy: ResctrlReconcile)
 REASON_SCHEMATA = "UpdateResctrlSchemata"
 REASON_TASKS = "UpdateResctrlTasks"
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("koordqos.strategies.sysconfig")
 
-NAME = "SystemConfigReconcile"
+NAME = "SystemConfig"  # its koordlet gate (koordlet's strategy: SystemConfigReconcile)
 REASON = "UpdateSystemConfig"
 
 MIN_FREE_KBYTES = "proc:sys/vm/min_free_kbytes"

@@ -18,7 +18,8 @@ NodeResourceTopologies (`topology.node.k8s.io/v1alpha1`; all cluster scoped) and
 Test controls: `upsert`, `delete`, `compact`, `drop_watches` (abort every open watch connection),
 `stall_watches` (open watches stop receiving anything, connections stay up), `restart` (stop, optionally lose
 history, start on the same port), `fail_next` (answer the next N requests matching a path with an error),
-`write_kubeconfig`. Optional bearer-token auth.
+`clear_failures`, `write_kubeconfig`. Optional bearer-token auth. Set `port` before the first `start` to have
+a kubeconfig point at a server that is not up yet (connections refused until it starts).
 """
 
 from __future__ import annotations
@@ -290,6 +291,10 @@ class FakeAPIServer:
     ) -> None:
         """Answer the next `times` requests whose path contains `path_contains` with `status`."""
         self._failures.append(_Failure(path_contains, status, times, method, retry_after))
+
+    def clear_failures(self) -> None:
+        """Answer normally again (the injected failures still pending are dropped)."""
+        self._failures.clear()
 
     def count_requests(self, predicate: Callable[[str, str, dict[str, str]], bool]) -> int:
         """How many logged requests match."""

@@ -144,7 +144,8 @@ def colocation(node_dir: Path) -> Scenario:
             "Synchronize: web/nginx (LS) gets the share pool, cpus 2-3 (the CPUs db does not hold)",
             "reconcile: cpu.bvt_warp_ns 2 for web (LS), db (LSR), their containers and QoS dirs, -1 for "
             "batch-job (BE)",
-            "CPUSuppress: kubepods/besteffort cpu.cfs_quota_us -1 -> 260000 (65 % of 4 CPUs on an idle node)",
+            "BECPUSuppress: kubepods/besteffort cpu.cfs_quota_us -1 -> 260000 (65 % of 4 CPUs on an idle "
+            "node)",
         ],
     )
 
