@@ -78,6 +78,8 @@ def test_every_strategy_is_named_by_its_koordlet_gate() -> None:
         "MemoryEvict",
         "RdtResctrl",
         "SystemConfig",
+        "TCNetworkQoS",
+        "TerwayQoS",
         "PSIInterference",
     ]
     assert set(names) <= set(DEFAULT_GATES)
