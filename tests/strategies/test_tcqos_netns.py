@@ -185,3 +185,64 @@ async def test_dry_run_leaves_the_nic_alone(net: netns.VethPair, tmp_path: Path)
     assert "htb" not in net.run(net.node, ["tc", "qdisc", "show", "dev", net.node_dev])
     assert strategy.last_report is None
     assert [d for d in env.decisions.recent(strategy="TCNetworkQoS") if d.strategy == "TCNetworkQoS"]
+
+
+async def test_the_agent_process_shapes_the_namespace_it_is_given(
+    net: netns.VethPair, tmp_path: Path
+) -> None:
+    """`python -m koordqos run --feature-gates=TCNetworkQoS=true --net-qos-netns=<ns>` in cluster mode (the
+    fake API server: the node, its NodeSLO, a BE and an LS pod with their IPs): the namespace's NIC gets the
+    classes and the pods' IPs their ipsets; on SIGTERM the agent exits 0."""
+    import asyncio
+    import signal
+    import subprocess
+
+    from koordqos.testing.agentproc import agent_env, cluster_agent_argv, free_port, wait_ready
+    from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo
+    from koordqos.testing.poll import wait_until
+
+    server = FakeAPIServer()
+    await server.start()
+    node = SyntheticNode(tmp_path / "node")
+    try:
+        server.upsert("nodes", make_node("n1"))
+        spec = {
+            "systemStrategy": {"totalNetworkBandwidth": "40M"},
+            "resourceQOSStrategy": {"beClass": {"networkQOS": {"enable": True, "egressLimit": 10}}},
+        }
+        server.upsert("nodeslos", make_nodeslo("n1", spec))
+        for name, qos, ip in (("be", "BE", BE_IP), ("ls", "LS", LS_IP)):
+            raw = make_pod(name, "n1", qos=qos, uid=f"0000{name}-0000-4000-8000-000000000002")
+            raw["status"]["podIP"] = ip
+            node.add_pod(parse_pod(raw))
+            server.upsert("pods", raw)
+        port = free_port()
+        argv = cluster_agent_argv(
+            server.write_kubeconfig(tmp_path / "kubeconfig"),
+            "n1",
+            node,
+            port,
+            "--enable-nri=false",
+            "--feature-gates=TCNetworkQoS=true",
+            f"--net-qos-netns={net.node}",
+        )
+        log = (tmp_path / "agent.log").open("wb")
+        proc = subprocess.Popen(argv, env=agent_env(), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            await wait_ready(port, 60)
+
+            def shaped() -> bool:
+                classes = net.run(net.node, ["tc", "class", "show", "dev", net.node_dev])
+                sets = net.run(net.node, ["ipset", "save"]) if "1:4" in classes else ""
+                return f"be_class {BE_IP}" in sets and f"ls_class {LS_IP}" in sets
+
+            await wait_until(shaped, timeout=60, message="the agent's tc classes and ipsets in the namespace")
+            show = net.run(net.node, ["tc", "class", "show", "dev", net.node_dev])
+            assert re.search(r"class htb 1:4 .*ceil 4Mbit", show), show
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(proc.wait, 30)
+            log.close()
+        assert code == 0, (tmp_path / "agent.log").read_text()[-3000:]
+    finally:
+        await server.stop()
