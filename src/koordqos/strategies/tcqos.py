@@ -236,7 +236,9 @@ class TCNetworkQoSStrategy:
         if self._last is not None and self._last[0] == rnd.plan and now - self._last[1] < REAPPLY_SECONDS:
             return
         action = "clean" if rnd.plan is None else "apply"
-        env.decisions.record(NAME, "nic", f"tc-{action}", None, _summary(rnd.plan), REASON)
+        # a decision when the plan changed; the periodic re-apply of the same plan is recorded quietly
+        repeat = self._last is not None and self._last[0] == rnd.plan
+        env.decisions.record(NAME, "nic", f"tc-{action}", None, _summary(rnd.plan), REASON, quiet=repeat)
         if env.dry_run:
             self._last = (rnd.plan, now)
             return
