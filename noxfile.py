@@ -17,9 +17,10 @@ PYTHON = None
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Run the whole test suite (unit, integration with real cgroups/sockets/HTTP, e2e subprocesses)."""
+    """Run the whole test suite (unit, integration with real cgroups/sockets/HTTP, e2e subprocesses) on two
+    pytest-xdist workers: much of it waits on subprocesses and sockets, so two halve it even on 2 cores."""
     session.install("-e", ".[test]")
-    session.run("pytest", *(session.posargs or ["-q"]))
+    session.run("pytest", *(session.posargs or ["-q", "-n", "2"]))
 
 
 @nox.session(python=PYTHON, name="e2e-runtime")
