@@ -32,7 +32,19 @@ def test_local_mode_computes_without_writers(tmp_path: Path) -> None:
     assert r.nodemetric.writer is None
     assert r.topology.writer is None
     assert r.batch is None
+    assert [c.name for c in r.components] == ["nodemetric-reporter", "nrt-reporter", "prediction"]
+    assert r.prediction is not None
+    assert r.nodemetric.prediction is r.prediction
+
+
+def test_prediction_can_be_turned_off(tmp_path: Path) -> None:
+    cfg, node = _cfg(tmp_path)
+    cfg = cfg.model_copy(update={"prediction": cfg.prediction.model_copy(update={"enabled": False})})
+    r = build_reporters(cfg, EventBus(), read_topology(node.sys_root), None)
+    assert r.prediction is None
+    assert r.nodemetric.prediction is None
     assert [c.name for c in r.components] == ["nodemetric-reporter", "nrt-reporter"]
+    assert r.debug_state()["prediction"] is None
 
 
 def test_cluster_mode_writers_follow_switches(tmp_path: Path) -> None:

@@ -226,6 +226,7 @@ class RestoreItem:
     action: Action
     checkpoint: ModelCheckpoint | None = None
     reason: str = ""
+    invalid: bool = False  # not a checkpoint of the agent's (corrupt or foreign)
 
 
 def restore_plan(
@@ -240,12 +241,12 @@ def restore_plan(
             out.append(RestoreItem(e.name, "delete", reason="unfinished write"))
             continue
         if e.data is None:
-            out.append(RestoreItem(e.name, "delete" if delete_invalid else "skip", reason=e.problem))
+            out.append(RestoreItem(e.name, "delete" if delete_invalid else "skip", None, e.problem, True))
             continue
         try:
             cp = decode(e.data, e.name)
         except CheckpointError as exc:
-            out.append(RestoreItem(e.name, "delete" if delete_invalid else "skip", reason=str(exc)))
+            out.append(RestoreItem(e.name, "delete" if delete_invalid else "skip", None, str(exc), True))
             continue
         if e.name in known:
             out.append(RestoreItem(e.name, "restore", cp))
@@ -273,7 +274,7 @@ class CheckpointDir:
     def scan(self) -> list[DirEntry]:
         """The directory's top-level entries with the content of each regular file (OSError: the directory
         is missing or unreadable; nothing is then restored or deleted)."""
-        fd = open_root(self.path)
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # readable: scandir needs it
         try:
             out: list[DirEntry] = []
             with os.scandir(fd) as it:

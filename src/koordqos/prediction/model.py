@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from koordqos.prediction.histogram import CPU_LAYOUT, MEMORY_LAYOUT, DecayingHistogram
@@ -30,6 +30,7 @@ PERCENTILES: tuple[tuple[str, float], ...] = (
     ("p98", 0.98),
     ("max", 1.0),
 )
+_PERCENTILE_OF = dict(PERCENTILES)
 #: training slices: models updated per synchronous step (the caller may give the loop a turn between)
 UPDATES_PER_STEP = 100
 
@@ -107,6 +108,30 @@ class Model:
         return self.cpu.nbytes() + self.memory.nbytes()
 
 
+class ModelView(Mapping[str, Estimate]):
+    """A model's percentiles computed when first read (the predictors read p95 and p98 only)."""
+
+    __slots__ = ("_done", "_model")
+
+    def __init__(self, model: Model) -> None:
+        self._model = model
+        self._done: dict[str, Estimate] = {}
+
+    def __getitem__(self, key: str) -> Estimate:
+        hit = self._done.get(key)
+        if hit is None:
+            p = _PERCENTILE_OF[key]  # KeyError for an unknown key, as a mapping should
+            m = self._model
+            hit = self._done[key] = Estimate(int(m.cpu.percentile(p) * 1000), int(m.memory.percentile(p)))
+        return hit
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_PERCENTILE_OF)
+
+    def __len__(self) -> int:
+        return len(_PERCENTILE_OF)
+
+
 class ModelStore:
     """The models by UID (koordlet's prediction server state)."""
 
@@ -141,6 +166,11 @@ class ModelStore:
         """The model's percentiles, None when there is no model of that UID."""
         model = self.models.get(uid)
         return None if model is None else model.prediction()
+
+    def view(self, uid: str) -> ModelView | None:
+        """The model's percentiles computed as read (koordlet's `GetPrediction`), None without a model."""
+        model = self.models.get(uid)
+        return None if model is None else ModelView(model)
 
     def expired(self, now_ns: int) -> list[str]:
         """UIDs not updated for longer than the expiration (strictly longer, §3.1)."""
