@@ -25,6 +25,7 @@ from prometheus_client import Counter, Gauge
 
 from koordqos import observability as obs
 from koordqos.events.bus import EventBus
+from koordqos.events.types import Event, SourceSynced
 from koordqos.model.pod import PodInfo
 from koordqos.once import SeenOnce
 from koordqos.prediction.checkpoint import (
@@ -56,6 +57,7 @@ from koordqos.state import NodeState
 log = structlog.get_logger("koordqos.prediction")
 Json = dict[str, Any]
 
+_SOURCES = frozenset({"pods", "node"})
 #: the GC and checkpoint loop's period (fixed in koordlet, no flag)
 MAINTENANCE_SECONDS = 60.0
 SAMPLES_PER_STEP = 100  # pods sampled per synchronous slice (~1.5 ms at 60-point windows)
@@ -158,6 +160,8 @@ class PredictionServer:
         self.last_restore: RestoreResult | None = None
         self.checkpoint_writes = 0
         self._said: SeenOnce[str] = SeenOnce()
+        self._sources = asyncio.Event()  # set once pods and the Node were synced
+        bus.subscribe("prediction-sources", self._on_synced, SourceSynced)
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -369,10 +373,14 @@ class PredictionServer:
 
     # -- the component -------------------------------------------------------------------------------------
 
+    def _on_synced(self, event: Event, state: NodeState) -> None:
+        if _SOURCES <= state.synced:
+            self._sources.set()
+
     async def _synced(self) -> None:
         """Until pods and the Node were synced once (the known UIDs of a restore)."""
-        while not {"pods", "node"} <= self.bus.state.synced:
-            await self.sleep(0.1)
+        if not _SOURCES <= self.bus.state.synced:
+            await self._sources.wait()
 
     async def run(self) -> None:
         """Restore, then train every interval and maintain every minute, until cancelled."""
