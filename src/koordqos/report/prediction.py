@@ -374,12 +374,12 @@ class PredictionServer:
     # -- the component -------------------------------------------------------------------------------------
 
     def _on_synced(self, event: Event, state: NodeState) -> None:
-        if _SOURCES <= state.synced:
+        if state.synced >= _SOURCES:
             self._sources.set()
 
     async def _synced(self) -> None:
         """Until pods and the Node were synced once (the known UIDs of a restore)."""
-        if not _SOURCES <= self.bus.state.synced:
+        if not self.bus.state.synced >= _SOURCES:
             await self._sources.wait()
 
     async def run(self) -> None:
