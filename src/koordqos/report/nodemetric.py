@@ -107,6 +107,25 @@ def _entity_usage(e: EntitySeries, with_cache: bool, start: float, now: float) -
     return resource_map(cpu, mem)
 
 
+def numa_usages(history: ReportHistory, start: float, now: float) -> list[Json]:
+    """`numaUsages`: per NUMA node (by id) the mean node usage and, when it has samples, the mean system
+    usage over the aggregate window; a NUMA node without CPU or memory samples is left out (§5)."""
+    out: list[Json] = []
+    for node_id in sorted(history.numa):
+        n = history.numa[node_id]
+        cpu = mean(n.cpu.window(start, now)[0])
+        mem = mean(n.memory.window(start, now)[0])
+        if cpu is None or mem is None:
+            continue
+        entry: Json = {"numaNodeID": node_id, "nodeUsage": resource_map(cpu, mem)}
+        sys_cpu = mean(n.system_cpu.window(start, now)[0])
+        sys_mem = mean(n.system_memory.window(start, now)[0])
+        if sys_cpu is not None and sys_mem is not None:
+            entry["systemUsage"] = resource_map(sys_cpu, sys_mem)
+        out.append(entry)
+    return out
+
+
 #: pods planned per synchronous slice; the reporter yields to the event loop between slices
 CHUNK = 25
 
@@ -163,6 +182,9 @@ def plan_status(
     }
     if not policy.durations:  # omitempty lists
         del node_metric["aggregatedNodeUsages"], node_metric["aggregatedSystemUsages"]
+    numa = numa_usages(history, start, t)
+    if numa:
+        node_metric["numaUsages"] = numa
     status: Json = {"updateTime": rfc3339(wall_now), "nodeMetric": node_metric}
     yield
     pod_entries: list[Json] = []
