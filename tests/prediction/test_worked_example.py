@@ -59,6 +59,7 @@ class World:
     state: NodeState
     wall: list[float]
     checkpoints: Path
+    clock: FakeClock  # the history's
 
 
 async def run_25_hours(tmp: Path) -> World:
@@ -80,7 +81,7 @@ async def run_25_hours(tmp: Path) -> World:
             history.ingest(snap)
         assert wall[0] == T0 + 60 * k
         await server.train_round(state)
-    return World(server, reporter, state, wall, tmp)
+    return World(server, reporter, state, wall, tmp, clock)
 
 
 @pytest.fixture(scope="module")
