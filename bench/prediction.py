@@ -201,9 +201,8 @@ def main() -> None:
     print(f"{'pods':>6} {'models':>7} {'arrays MB':>10} {'traced MB':>10} {'KB/model':>9}")
     for n in sizes:
         m = memory(n, rounds)
-        print(
-            f"{n:>6} {m['models']:>7.0f} {m['array_mb']:>10.2f} {m['traced_mb']:>10.2f} {m['per_model_kb']:>9.2f}"
-        )
+        row = f"{n:>6} {m['models']:>7.0f} {m['array_mb']:>10.2f} {m['traced_mb']:>10.2f}"
+        print(f"{row} {m['per_model_kb']:>9.2f}")
     print("longest loop step (ms) of each phase, median of 5 runs")
     print(f"{'pods':>6} {'sample':>7} {'train':>7} {'predict':>8} {'encode 12':>10} {'restore':>8}")
     for n in sizes:
