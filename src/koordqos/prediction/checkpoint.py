@@ -271,19 +271,28 @@ class CheckpointDir:
         """Bytes of the agent's checkpoint files."""
         return sum(self.sizes.values())
 
-    def scan(self) -> list[DirEntry]:
-        """The directory's top-level entries with the content of each regular file (OSError: the directory
-        is missing or unreadable; nothing is then restored or deleted)."""
+    def names(self) -> list[str]:
+        """The directory's top-level names, sorted (OSError: missing or unreadable)."""
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # readable: scandir needs it
         try:
-            out: list[DirEntry] = []
             with os.scandir(fd) as it:
-                names = sorted(entry.name for entry in it)
-            for name in names:
-                out.append(self._read(fd, name))
-            return out
+                return sorted(entry.name for entry in it)
         finally:
             os.close(fd)
+
+    def read(self, names: Iterable[str]) -> list[DirEntry]:
+        """Each name's entry: the content of a regular file, or why it was not read (OSError: the directory
+        itself cannot be opened)."""
+        fd = open_root(self.path)
+        try:
+            return [self._read(fd, name) for name in names]
+        finally:
+            os.close(fd)
+
+    def scan(self) -> list[DirEntry]:
+        """Every top-level entry with the content of each regular file (OSError: the directory is missing or
+        unreadable; nothing is then restored or deleted)."""
+        return self.read(self.names())
 
     def _read(self, dir_fd: int, name: str) -> DirEntry:
         try:

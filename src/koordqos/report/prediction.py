@@ -195,7 +195,7 @@ class PredictionServer:
             return self.last_restore
         known = known_uids(state.pods.keys(), state.node is not None)
         try:
-            entries: list[DirEntry] = await self._io(cp.scan)  # listing and reading off the loop
+            names = cp.names()
         except OSError as exc:
             self._problem(
                 "scan", str(cp.path), "prediction checkpoints not restored", dir=str(cp.path), error=str(exc)
@@ -204,12 +204,16 @@ class PredictionServer:
             return self.last_restore
         restored = deleted = skipped = 0
         doomed: list[str] = []
-        # decoding (JSON: ~0.1 ms a file) on the loop in slices: in a thread it would hold the GIL for
-        # switch intervals at a time, stalling the loop as long
-        for start in range(0, len(entries), RESTORE_PER_STEP):
+        # on the loop, RESTORE_PER_STEP files a step (read, decode: ~0.1 ms a file): a worker thread doing
+        # this Python work would hold the GIL for whole switch intervals, stalling the loop as long
+        for start in range(0, len(names), RESTORE_PER_STEP):
             if start:
                 await asyncio.sleep(0)
-            chunk = entries[start : start + RESTORE_PER_STEP]
+            try:
+                chunk = cp.read(names[start : start + RESTORE_PER_STEP])
+            except OSError as exc:  # the directory went away meanwhile
+                self._problem("scan", str(cp.path), "prediction checkpoints not restored", error=str(exc))
+                break
             restored, skipped = self._restore_chunk(chunk, known, doomed, restored, skipped, read_only)
         if doomed and not read_only:
             deleted = await self._io(self._delete, doomed)
