@@ -239,3 +239,19 @@ async def test_the_component_restores_then_trains(tmp_path: Path) -> None:
         task.cancel()
         bus.cancel()
         await asyncio.gather(task, bus, return_exceptions=True)
+
+
+async def test_dry_run_reads_the_checkpoints_and_writes_none(tmp_path: Path) -> None:
+    before = Rig(tmp_path, state_of("a", "gone"))
+    await before.minutes(2, {"a": (1.0, GiB), "gone": (1.0, GiB)})
+    assert await before.server.checkpoint_round() == 9
+    files = sorted(os.listdir(tmp_path))
+    rig = Rig(tmp_path, state_of("a"))
+    rig.server.read_only = True
+    result = await rig.server.restore()
+    assert (result.restored, result.deleted) == (8, 0)  # "gone"'s file is not deleted
+    await rig.minutes(40, {"a": (1.0, GiB)})
+    assert await rig.server.checkpoint_round() == 0
+    rig.server.store.models["a"].last_updated_ns = 0  # expired: dropped from memory, its file kept
+    assert await rig.server.gc_round() == ["a"]
+    assert sorted(os.listdir(tmp_path)) == files

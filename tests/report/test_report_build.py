@@ -88,3 +88,13 @@ def test_explicit_kubelet_config(tmp_path: Path) -> None:
     assert dict(k.options) == {"full-pcpus-only": "true"}
     none_cfg, _ = _cfg(tmp_path / "c")
     assert explicit_kubelet(none_cfg) is None
+
+
+def test_dry_run_prediction_writes_no_checkpoints(tmp_path: Path) -> None:
+    cfg, node = _cfg(tmp_path)
+    r = build_reporters(
+        cfg.model_copy(update={"dry_run": True}), EventBus(), read_topology(node.sys_root), None
+    )
+    assert r.prediction is not None
+    assert r.prediction.read_only
+    assert not build_reporters(cfg, EventBus(), read_topology(node.sys_root), None).prediction.read_only  # type: ignore[union-attr]

@@ -85,7 +85,12 @@ def build_prediction(cfg: AgentConfig, bus: EventBus, history: ReportHistory) ->
         return None
     checkpoints = CheckpointDir(p.checkpoint_dir, max_bytes=p.checkpoint_max_bytes)
     return PredictionServer(
-        bus, history, prediction_params(cfg), checkpoints, delete_invalid=p.checkpoint_delete_invalid
+        bus,
+        history,
+        prediction_params(cfg),
+        checkpoints,
+        delete_invalid=p.checkpoint_delete_invalid,
+        read_only=cfg.dry_run,
     )
 
 

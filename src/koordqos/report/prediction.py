@@ -142,6 +142,7 @@ class PredictionServer:
         checkpoints: CheckpointDir | None = None,
         *,
         delete_invalid: bool = False,
+        read_only: bool = False,
         wall: Callable[[], float] = time.time,
         sleep: Callable[[float], Any] = asyncio.sleep,
         offload: bool = True,
@@ -152,6 +153,8 @@ class PredictionServer:
         self.store = ModelStore(self.params)
         self.checkpoints = checkpoints
         self.delete_invalid = delete_invalid
+        # `--dry-run`: checkpoints are read, never written or deleted (the agent changes nothing on the node)
+        self.read_only = read_only
         self.wall = wall
         self.sleep = sleep
         self.offload = offload  # file I/O in a worker thread (tests may keep it on the loop)
@@ -187,8 +190,10 @@ class PredictionServer:
     # -- restore (§3.5) ------------------------------------------------------------------------------------
 
     async def restore(self, state: NodeState | None = None, *, read_only: bool = False) -> RestoreResult:
-        """Load the checkpoints of the UIDs known now; `read_only` (report --once) deletes nothing."""
+        """Load the checkpoints of the UIDs known now; `read_only` (report --once, --dry-run) deletes
+        nothing."""
         state = self.bus.state if state is None else state
+        read_only = read_only or self.read_only
         cp = self.checkpoints
         if cp is None:
             self.last_restore = RestoreResult()
@@ -327,7 +332,7 @@ class PredictionServer:
         gone = self.store.expired(self._now_ns())
         for uid in gone:
             self.store.remove(uid)
-        if gone and self.checkpoints is not None:
+        if gone and self.checkpoints is not None and not self.read_only:
             removed = await self._io(self._remove_files, gone)
             CHECKPOINTS.labels("removed").inc(removed)
         self._gauges()
@@ -349,7 +354,7 @@ class PredictionServer:
 
     async def checkpoint_round(self) -> int:
         """Write the due checkpoints (each marked checkpointed even when its write failed, §9 item 12)."""
-        if not self.trained or self.checkpoints is None:
+        if not self.trained or self.checkpoints is None or self.read_only:
             return 0
         now_ns = self._now_ns()
         items: list[tuple[str, bytes]] = []
