@@ -179,17 +179,33 @@ async def test_read_only_restore_deletes_nothing(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["notes.txt", "x.tmp"]
 
 
-async def test_missing_directory_is_counted_never_fatal(tmp_path: Path) -> None:
+async def test_missing_directory_means_memory_only_until_it_exists(tmp_path: Path) -> None:
+    """No directory (a deployment without the chart's mount): one info line, no errors, no write attempts;
+    checkpoints are written once it exists."""
     rig = Rig(tmp_path / "missing", state_of("a"))
     scan, write = errors("scan"), errors("write")
-    result = await rig.server.restore()
+    with capture_logs() as logs:
+        result = await rig.server.restore()
+        assert result.error
+        await rig.minutes(1, {"a": (1.0, GiB)})
+        assert await rig.server.checkpoint_round() == 0
+    assert (errors("scan"), errors("write")) == (scan, write)
+    assert [e["log_level"] for e in logs if "prediction" in e["event"]] == ["info"]
+    (tmp_path / "missing").mkdir()
+    assert await rig.server.checkpoint_round() == 8
+
+
+async def test_an_unusable_directory_is_counted_never_fatal(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    rig = Rig(tmp_path / "file", state_of("a"))
+    scan = errors("scan")
+    with capture_logs() as logs:
+        result = await rig.server.restore()
     assert result.error
     assert errors("scan") == scan + 1
+    assert [e["log_level"] for e in logs if "prediction" in e["event"]] == ["warning"]
     await rig.minutes(1, {"a": (1.0, GiB)})
-    with capture_logs() as logs:
-        assert await rig.server.checkpoint_round() == 0
-    assert errors("write") == write + 8
-    assert len([e for e in logs if e["event"] == "prediction checkpoint not written"]) == 1
+    assert await rig.server.checkpoint_round() == 0  # not a directory: nothing tried
 
 
 async def test_the_byte_bound(tmp_path: Path) -> None:

@@ -201,6 +201,10 @@ class PredictionServer:
         known = known_uids(state.pods.keys(), state.node is not None)
         try:
             names = cp.names()
+        except FileNotFoundError as exc:
+            self._no_directory(cp)
+            self.last_restore = RestoreResult(error=str(exc))
+            return self.last_restore
         except OSError as exc:
             self._problem(
                 "scan", str(cp.path), "prediction checkpoints not restored", dir=str(cp.path), error=str(exc)
@@ -233,6 +237,12 @@ class PredictionServer:
             skipped=skipped,
         )
         return self.last_restore
+
+    def _no_directory(self, cp: CheckpointDir) -> None:
+        """A missing directory is a deployment without one (the chart creates it): no checkpoints, said once,
+        not an error; written again once it exists."""
+        if self._said.first("no-dir:" + str(cp.path)):
+            log.info("prediction checkpoint directory missing: models kept in memory only", dir=str(cp.path))
 
     def _restore_chunk(
         self,
@@ -354,7 +364,11 @@ class PredictionServer:
 
     async def checkpoint_round(self) -> int:
         """Write the due checkpoints (each marked checkpointed even when its write failed, §9 item 12)."""
-        if not self.trained or self.checkpoints is None or self.read_only:
+        cp = self.checkpoints
+        if not self.trained or cp is None or self.read_only:
+            return 0
+        if not await self._io(cp.path.is_dir):
+            self._no_directory(cp)
             return 0
         now_ns = self._now_ns()
         items: list[tuple[str, bytes]] = []
