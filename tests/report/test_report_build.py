@@ -98,3 +98,21 @@ def test_dry_run_prediction_writes_no_checkpoints(tmp_path: Path) -> None:
     assert r.prediction is not None
     assert r.prediction.read_only
     assert not build_reporters(cfg, EventBus(), read_topology(node.sys_root), None).prediction.read_only  # type: ignore[union-attr]
+
+
+def test_a_long_training_window_keeps_the_pod_series_long_enough(tmp_path: Path) -> None:
+    cfg, node = _cfg(tmp_path)
+    cfg = cfg.model_copy(
+        update={"prediction": cfg.prediction.model_copy(update={"training_interval_seconds": 900.0})}
+    )
+    r = build_reporters(cfg, EventBus(), read_topology(node.sys_root), None)
+    assert r.nodemetric.history.pod_retention == 902.0
+    r.nodemetric.set_policy(r.nodemetric.policy)  # a NodeMetric spec's retention (360 s) does not shorten it
+    assert r.nodemetric.history.pod_retention == 902.0
+    default, _ = _cfg(tmp_path / "d")
+    assert (
+        build_reporters(
+            default, EventBus(), read_topology(node.sys_root), None
+        ).nodemetric.history.pod_retention
+        == 360.0
+    )

@@ -83,6 +83,9 @@ def build_prediction(cfg: AgentConfig, bus: EventBus, history: ReportHistory) ->
     p = cfg.prediction
     if not p.enabled:
         return None
+    # a training window longer than the report's pod retention (the aggregate window) is kept whole
+    history.min_pod_retention = p.training_interval_seconds + 2 * cfg.metrics.collect_interval_seconds
+    history.configure(history.node_retention, history.pod_retention)
     checkpoints = CheckpointDir(p.checkpoint_dir, max_bytes=p.checkpoint_max_bytes)
     return PredictionServer(
         bus,

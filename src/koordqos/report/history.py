@@ -205,6 +205,9 @@ class ReportHistory:
         self._pod_sizing = _sizing(pod_retention, collect_interval, max_points)
         self.ticks = 0
         self.system_ticks_skipped = 0
+        # pods' series are kept at least this long whatever the collection policy (the prediction's
+        # training window); 0: the policy's retention alone
+        self.min_pod_retention = 0.0
 
     # -- sizing --------------------------------------------------------------------------------------------
 
@@ -215,6 +218,7 @@ class ReportHistory:
             cap, stride = _sizing(node_retention, self.collect_interval, self.max_points)
             self.node = {k: s.resized(cap, stride) for k, s in self.node.items()}
             self.node_retention = node_retention
+        pod_retention = max(pod_retention, self.min_pod_retention)
         if pod_retention != self.pod_retention:
             cap, stride = self._pod_sizing = _sizing(pod_retention, self.collect_interval, self.max_points)
             for group in (self.pods, self.apps):

@@ -474,8 +474,8 @@ class PredictionServer:
                 try:
                     mp.add_pod(pod)
                 except PredictError as exc:  # only logged (koordlet)
-                    if self._said.first("pod:" + uid):
-                        log.info("pod not predicted", pod=pod.key, reason=str(exc))
+                    if self._said.first("pod:" + uid):  # a new pod until its first round: normal
+                        log.debug("pod not predicted", pod=pod.key, reason=str(exc))
             try:
                 prediction = mp.predict(state.node)
             except PredictError as exc:
