@@ -605,6 +605,7 @@ class Agent:
                 svc.reader,
                 svc.metric_store,
                 proc_root=cfg.paths.proc_root,
+                sys_root=cfg.paths.sys_root,  # NUMA usage for the NodeMetric's numaUsages
                 topology=svc.topology,
                 interval=cfg.metrics.collect_interval_seconds,
                 container_demand=container_demand(cfg, "strategies" in on),

@@ -295,6 +295,42 @@ class ReportSettings(_Group):
         return v
 
 
+class PredictionSettings(_Group):
+    """Node prediction for the NodeMetric's prodReclaimableMetric / prodPeakMetric and the Mid tier
+    (docs/prediction.md): koordlet's `--prediction-*` flags and defaults; the checkpoint directory's
+    bounds."""
+
+    enabled: bool = True
+    checkpoint_dir: Path = Path("/prediction-checkpoints")
+    # project bounds (docs/prediction.md): the bytes of the agent's own checkpoint files, the models held
+    checkpoint_max_bytes: int = Field(16 << 20, ge=0)
+    max_models: int = Field(4096, ge=8)
+    # koordlet deletes every file of the directory it cannot read at start; koordqos skips them (logged,
+    # counted) unless this is set (project decision)
+    checkpoint_delete_invalid: bool = False
+    cold_start_seconds: float = Field(24 * 3600.0, ge=0)
+    safety_margin_percent: int = Field(10, ge=0, le=1000)
+    memory_half_life_seconds: float = Field(24 * 3600.0, gt=0)
+    cpu_half_life_seconds: float = Field(12 * 3600.0, gt=0)
+    training_interval_seconds: float = Field(60.0, gt=0)
+    model_expiration_seconds: float = Field(30 * 60.0, gt=0)
+    checkpoint_interval_seconds: float = Field(10 * 60.0, ge=0)
+    checkpoint_max_per_step: int = Field(12, ge=0)
+
+    @field_validator(
+        "cold_start_seconds",
+        "memory_half_life_seconds",
+        "cpu_half_life_seconds",
+        "training_interval_seconds",
+        "model_expiration_seconds",
+        "checkpoint_interval_seconds",
+        mode="before",
+    )
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return _seconds(v)
+
+
 class ExecutorSettings(_Group):
     """The cgroup executor."""
 
@@ -335,6 +371,7 @@ class AgentConfig(_Group):
     psi: PSISettings = PSISettings()
     metrics: MetricsSettings = MetricsSettings()
     report: ReportSettings = ReportSettings()
+    prediction: PredictionSettings = PredictionSettings()
     executor: ExecutorSettings = ExecutorSettings()
     server: ServerSettings = ServerSettings()
     log: LogSettings = LogSettings()
@@ -669,6 +706,78 @@ FLAGS: tuple[Flag, ...] = (
         ("manager", "agent"),
     ),
     Flag(
+        "enable-prediction",
+        "prediction.enabled",
+        "train the node prediction models and report prodReclaimableMetric / prodPeakMetric",
+        bool,
+    ),
+    Flag(
+        "prediction-checkpoint-filepath",
+        "prediction.checkpoint_dir",
+        "directory of the prediction model checkpoints (the chart mounts it from the host)",
+    ),
+    Flag(
+        "prediction-checkpoint-max-bytes",
+        "prediction.checkpoint_max_bytes",
+        "the agent's checkpoint files hold at most this many bytes; a checkpoint past it is not written",
+        int,
+    ),
+    Flag(
+        "prediction-checkpoint-delete-invalid",
+        "prediction.checkpoint_delete_invalid",
+        "at start, delete checkpoint-directory files that are not readable checkpoints (koordlet); "
+        "default: skip them (logged, counted)",
+        bool,
+    ),
+    Flag(
+        "prediction-max-models",
+        "prediction.max_models",
+        "prediction models held at most; new pods' models past it are not created (counted)",
+        int,
+    ),
+    Flag(
+        "prediction-cold-start-duration",
+        "prediction.cold_start_seconds",
+        "a pod this young (or younger) counts its request as its peak (seconds or a duration like 24h)",
+    ),
+    Flag(
+        "prediction-safety-margin-percent",
+        "prediction.safety_margin_percent",
+        "predicted peaks are scaled by (100 + this)/100",
+        int,
+    ),
+    Flag(
+        "prediction-memory-histogram-decay-halflife",
+        "prediction.memory_half_life_seconds",
+        "memory histogram half-life (seconds or a duration like 24h)",
+    ),
+    Flag(
+        "prediction-cpu-histogram-decay-halflife",
+        "prediction.cpu_half_life_seconds",
+        "CPU histogram half-life (seconds or a duration like 12h)",
+    ),
+    Flag(
+        "prediction-training-interval",
+        "prediction.training_interval_seconds",
+        "training period and metric window of one sample (seconds or a duration like 1m)",
+    ),
+    Flag(
+        "prediction-model-expiration-duration",
+        "prediction.model_expiration_seconds",
+        "a model not updated for longer is dropped with its checkpoint (seconds or a duration like 30m)",
+    ),
+    Flag(
+        "prediction-model-checkpoint-interval",
+        "prediction.checkpoint_interval_seconds",
+        "minimum time between two checkpoints of one model (seconds or a duration like 10m)",
+    ),
+    Flag(
+        "prediction-model-checkpoint-max-per-step",
+        "prediction.checkpoint_max_per_step",
+        "checkpoint files written at most per one-minute round",
+        int,
+    ),
+    Flag(
         "resource-force-update-seconds",
         "executor.resource_force_update_seconds",
         "rewrite cached unchanged cgroup values after this many seconds",
@@ -730,6 +839,16 @@ _METAVARS = {
     "qos-extension-plugins": "NAME=BOOL[,...]",
     "http-addr": "HOST:PORT",
     "feature-gates": "GATE=BOOL[,...]",
+    "prediction-checkpoint-filepath": "DIR",
+    "prediction-checkpoint-max-bytes": "BYTES",
+    "prediction-max-models": "N",
+    "prediction-cold-start-duration": "DURATION",
+    "prediction-memory-histogram-decay-halflife": "DURATION",
+    "prediction-cpu-histogram-decay-halflife": "DURATION",
+    "prediction-training-interval": "DURATION",
+    "prediction-model-expiration-duration": "DURATION",
+    "prediction-model-checkpoint-interval": "DURATION",
+    "prediction-model-checkpoint-max-per-step": "N",
 }
 
 

@@ -10,6 +10,7 @@ missing and skips with the reason if the binaries cannot be built or started her
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,40 @@ from .kubeobjects import eventually
 
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "koordqos"
 CHART_NODESLO_GROUP = "chart-test.koordqos.io"  # the chart's NodeSLO CRD, renamed to sit beside the real one
+#: Koordinator's NodeMetric CRD with the two status fields of koordinator#3138 (the spec's commit, which the
+#: Go module proxy here does not serve), under a test group of its own beside the real v1.8.0 one
+NODEMETRIC_3138_GROUP = "koordinator-3138.koordqos.io"
+
+
+def with_3138_fields(crd: dict[str, Any]) -> dict[str, Any]:
+    """v1.8.0's NodeMetric CRD plus `status.nodeMetric.numaUsages` and `status.prodPeakMetric` as #3138's Go
+    types define them (koordinator-reporting.md §1.3, §1.6): `NUMAUsage{numaNodeID int32 (required),
+    nodeUsage, systemUsage ResourceMap}` and `prodPeakMetric{resource ResourceMap}` — the schemas of the
+    ResourceMaps copied from the CRD's own `nodeUsage` / `prodReclaimableMetric`, as controller-gen emits
+    them for the same Go type."""
+    out = copy.deepcopy(crd)
+    (version,) = out["spec"]["versions"]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    node_metric = status["nodeMetric"]["properties"]
+    resource_map = node_metric["nodeUsage"]
+    assert "numaUsages" not in node_metric, "the CRD has it already"
+    assert "prodPeakMetric" not in status, "the CRD has it already"
+    node_metric["numaUsages"] = {
+        "description": "NUMAUsages is the resource usage of each NUMA node",
+        "items": {
+            "properties": {
+                "numaNodeID": {"format": "int32", "type": "integer"},
+                "nodeUsage": copy.deepcopy(resource_map),
+                "systemUsage": copy.deepcopy(resource_map),
+            },
+            "required": ["numaNodeID"],
+            "type": "object",
+        },
+        "type": "array",
+    }
+    status["prodPeakMetric"] = copy.deepcopy(status["prodReclaimableMetric"])
+    status["prodPeakMetric"]["description"] = "ProdPeakMetric is the predicted peak of Prod type resources"
+    return out
 
 
 def regrouped(crd: dict[str, Any], group: str) -> dict[str, Any]:
@@ -130,6 +165,8 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         cp.chart_role = apply_rbac(cp, manifests)
         for crd in crds:
             install_crd(cp, crd)
+            if crd["spec"]["names"]["kind"] == "NodeMetric":
+                install_crd(cp, regrouped(with_3138_fields(crd), NODEMETRIC_3138_GROUP))
         for crd in [m for m in manifests if m["kind"] == "CustomResourceDefinition"]:
             install_crd(cp, regrouped(crd, CHART_NODESLO_GROUP))
         yield cp

@@ -18,6 +18,7 @@ from koordqos.model.pod import parse_pod
 from koordqos.testing.nodefs import SyntheticNode
 
 from .agentproc import running_agent
+from .conftest import NODEMETRIC_3138_GROUP
 from .controlplane import Api, ControlPlane
 from .kubeobjects import (
     NODEMETRIC_PATH,
@@ -25,6 +26,7 @@ from .kubeobjects import (
     create_namespace,
     create_node,
     create_running_pod,
+    differences,
     eventually,
     nodemetric,
     unique,
@@ -43,6 +45,10 @@ def proxy(control_plane: ControlPlane) -> Iterator[RecordingProxy]:
     rec.stop()
 
 
+#: what Koordinator v1.8.0's NodeMetric CRD does not have (newer: koordinator#3138) and prunes
+NEWER_THAN_V1_8_0 = ["pruned .nodeMetric.numaUsages", "pruned .prodPeakMetric"]
+
+
 def test_reports_survive_the_round_trip(
     control_plane: ControlPlane, admin: Api, proxy: RecordingProxy, tmp_path: Path
 ) -> None:
@@ -50,28 +56,53 @@ def test_reports_survive_the_round_trip(
     create_namespace(admin, ns)
     create_node(admin, node_name, cpu="4", memory="16Gi")
     node = SyntheticNode(tmp_path / "node", cpus=4, memory_total=16 * GiB)
+    node.set_numa(0, [0, 1], {"MemTotal": 8 * GiB, "MemFree": 6 * GiB})
+    node.set_numa(1, [2, 3], {"MemTotal": 8 * GiB, "MemFree": 7 * GiB})
     for name, qos in (("web", "LS"), ("batch", "BE")):
         pod = create_running_pod(admin, ns, name, node_name, qos=qos)
         node.set_memory(node.add_pod(parse_pod(pod)), 1 * GiB)
     admin.create(NODEMETRIC_PATH, nodemetric(node_name, report_interval=30))
     status_path = f"{NODEMETRIC_PATH}/{node_name}/status"
     nrt_path = f"{NRT_PATH}/{node_name}"
+    (tmp_path / "checkpoints").mkdir()
+    checkpoints = f"--prediction-checkpoint-filepath={tmp_path / 'checkpoints'}"
 
-    with running_agent(control_plane, node, node_name, tmp_path, server=proxy.url):
-        eventually(lambda: proxy.writes_to(status_path), 90, "the agent's NodeMetric status write")
+    def predicted() -> bool:
+        return any("prodPeakMetric" in w.body["status"] for w in proxy.writes_to(status_path))
+
+    with running_agent(control_plane, node, node_name, tmp_path, checkpoints, server=proxy.url):
+        eventually(predicted, 120, "the agent's NodeMetric status write with its prediction")
         eventually(lambda: proxy.writes_to(NRT_PATH), 30, "the agent's NRT write")
 
-        # the status as the agent sent it is the status stored: nothing pruned, nothing warned
-        write = proxy.writes_to(status_path)[-1]
+        # the status as the agent sent it is the status stored, but for what v1.8.0's CRD does not know
+        # (pruned with a warning naming them); the Mid tier's input, prodReclaimableMetric, is stored
+        write = [w for w in proxy.writes_to(status_path) if "prodPeakMetric" in w.body["status"]][-1]
         assert write.method == "PUT"
         assert write.status == 200, write.response
-        assert write.warnings == [], write.warnings
         sent = write.body["status"]
         assert sent["nodeMetric"]["nodeUsage"]["resources"].keys() >= {"cpu", "memory"}
+        assert [n["numaNodeID"] for n in sent["nodeMetric"]["numaUsages"]] == [0, 1]
+        assert sent["prodReclaimableMetric"]["resource"]["resources"].keys() == {"cpu", "memory"}
+        assert write.warnings, "v1.8.0 prunes the newer fields with a warning"
+        assert [w for w in write.warnings if "numaUsages" not in w and "prodPeakMetric" not in w] == []
         stored = admin.get(f"{NODEMETRIC_PATH}/{node_name}")
-        assert stored["status"] == sent
+        assert sorted(differences(stored["status"], sent)) == NEWER_THAN_V1_8_0
+        assert stored["status"]["prodReclaimableMetric"] == sent["prodReclaimableMetric"]
         pods = {(p["namespace"], p["name"]) for p in stored["status"].get("podsMetric", [])}
         assert {(ns, "web"), (ns, "batch")} <= pods
+
+        # with #3138's fields in the CRD, the same status is stored whole and unwarned
+        path_3138 = f"/apis/{NODEMETRIC_3138_GROUP}/v1alpha1/nodemetrics"
+        body = nodemetric(node_name, report_interval=30)
+        body["apiVersion"] = f"{NODEMETRIC_3138_GROUP}/v1alpha1"
+        obj = admin.create(path_3138, body)
+        obj["status"] = sent
+        via_proxy = Api(proxy.url, control_plane.admin_token, control_plane.ssl_context())
+        via_proxy.put(f"{path_3138}/{node_name}/status", obj)
+        (full,) = proxy.writes_to(f"{path_3138}/{node_name}/status")
+        assert full.warnings == [], full.warnings
+        assert differences(admin.get(f"{path_3138}/{node_name}")["status"], sent) == []
+        kept = stored["status"]  # what v1.8.0 keeps of it
 
         # koord-manager rewrites the spec with a PUT of the main resource: the status stays the agent's
         changed = copy.deepcopy(stored)
@@ -79,7 +110,7 @@ def test_reports_survive_the_round_trip(
         changed["status"] = {"updateTime": "2000-01-01T00:00:00Z"}
         after = admin.put(f"{NODEMETRIC_PATH}/{node_name}", changed)
         assert after["spec"]["metricCollectPolicy"]["aggregateDurationSeconds"] == 120
-        assert after["status"] == sent
+        assert after["status"] == kept
 
         # the NRT: every write unwarned and answered 2xx; the stored object carries what was last sent
         nrt_writes = proxy.writes_to(NRT_PATH)

@@ -78,3 +78,29 @@ def test_kubelet_overrides_are_passed(chart: helm.Chart) -> None:
     assert "--kubelet-cpu-manager-policy=static" in args
     assert "--kubelet-reserved-cpus=0-1" in args
     build_parser().parse_args(args)
+
+
+def test_prediction_checkpoints_are_a_host_directory(chart: helm.Chart) -> None:
+    rendered = render(chart, None)
+    args = _args(rendered)
+    assert "--enable-prediction=true" in args
+    assert "--prediction-checkpoint-filepath=/prediction-checkpoints" in args
+    mounts = {m["name"]: m for m in rendered.pod_spec["containers"][0]["volumeMounts"]}
+    assert mounts["prediction-checkpoints"] == {
+        "name": "prediction-checkpoints",
+        "mountPath": "/prediction-checkpoints",
+    }
+    volumes = {v["name"]: v for v in rendered.pod_spec["volumes"]}
+    assert volumes["prediction-checkpoints"]["hostPath"] == {
+        "path": "/var/run/koordqos/prediction-checkpoints",
+        "type": "DirectoryOrCreate",
+    }
+    build_parser().parse_args(args)
+    moved = render(chart, {"report": {"prediction": {"checkpointHostPath": "/var/lib/koordqos/models"}}})
+    assert {v["name"]: v for v in moved.pod_spec["volumes"]}["prediction-checkpoints"]["hostPath"][
+        "path"
+    ] == ("/var/lib/koordqos/models")
+    off = render(chart, {"report": {"prediction": {"enabled": False}}})
+    assert "--enable-prediction=false" in _args(off)
+    assert not any(a.startswith("--prediction-checkpoint-filepath") for a in _args(off))
+    assert all(v["name"] != "prediction-checkpoints" for v in off.pod_spec["volumes"])

@@ -208,6 +208,8 @@ def test_default_host_mounts(default_render: Rendered) -> None:
         "/var/run/nri": (True, "/var/run/nri"),
         # the kubelet's cpu_manager_state for the NRT (read-only; the directory: the file is replaced)
         "/host/kubelet": (True, "/var/lib/kubelet"),
+        # the prediction models' checkpoints (written: one bounded file per model, docs/prediction.md)
+        "/prediction-checkpoints": (False, "/var/run/koordqos/prediction-checkpoints"),
     }
     # The NRI socket's directory, not the socket file: a runtime restart recreates the socket.
     nri_volume = mounts["/var/run/nri"][1]["hostPath"]

@@ -32,7 +32,19 @@ def test_local_mode_computes_without_writers(tmp_path: Path) -> None:
     assert r.nodemetric.writer is None
     assert r.topology.writer is None
     assert r.batch is None
+    assert [c.name for c in r.components] == ["nodemetric-reporter", "nrt-reporter", "prediction"]
+    assert r.prediction is not None
+    assert r.nodemetric.prediction is r.prediction
+
+
+def test_prediction_can_be_turned_off(tmp_path: Path) -> None:
+    cfg, node = _cfg(tmp_path)
+    cfg = cfg.model_copy(update={"prediction": cfg.prediction.model_copy(update={"enabled": False})})
+    r = build_reporters(cfg, EventBus(), read_topology(node.sys_root), None)
+    assert r.prediction is None
+    assert r.nodemetric.prediction is None
     assert [c.name for c in r.components] == ["nodemetric-reporter", "nrt-reporter"]
+    assert r.debug_state()["prediction"] is None
 
 
 def test_cluster_mode_writers_follow_switches(tmp_path: Path) -> None:
@@ -76,3 +88,31 @@ def test_explicit_kubelet_config(tmp_path: Path) -> None:
     assert dict(k.options) == {"full-pcpus-only": "true"}
     none_cfg, _ = _cfg(tmp_path / "c")
     assert explicit_kubelet(none_cfg) is None
+
+
+def test_dry_run_prediction_writes_no_checkpoints(tmp_path: Path) -> None:
+    cfg, node = _cfg(tmp_path)
+    r = build_reporters(
+        cfg.model_copy(update={"dry_run": True}), EventBus(), read_topology(node.sys_root), None
+    )
+    assert r.prediction is not None
+    assert r.prediction.read_only
+    assert not build_reporters(cfg, EventBus(), read_topology(node.sys_root), None).prediction.read_only  # type: ignore[union-attr]
+
+
+def test_a_long_training_window_keeps_the_pod_series_long_enough(tmp_path: Path) -> None:
+    cfg, node = _cfg(tmp_path)
+    cfg = cfg.model_copy(
+        update={"prediction": cfg.prediction.model_copy(update={"training_interval_seconds": 900.0})}
+    )
+    r = build_reporters(cfg, EventBus(), read_topology(node.sys_root), None)
+    assert r.nodemetric.history.pod_retention == 902.0
+    r.nodemetric.set_policy(r.nodemetric.policy)  # a NodeMetric spec's retention (360 s) does not shorten it
+    assert r.nodemetric.history.pod_retention == 902.0
+    default, _ = _cfg(tmp_path / "d")
+    assert (
+        build_reporters(
+            default, EventBus(), read_topology(node.sys_root), None
+        ).nodemetric.history.pod_retention
+        == 360.0
+    )

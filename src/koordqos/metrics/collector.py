@@ -17,6 +17,7 @@ stored by app name; a cgroupPath that would leave the cgroup root is refused (lo
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,16 @@ from koordqos.errors import CgroupError, PathEscapeError, detached
 from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.metrics.hostapp import host_app_dir
-from koordqos.metrics.procfs import USER_HZ, CpuTicks, parse_meminfo, parse_proc_stat, read_text
+from koordqos.metrics.procfs import (
+    USER_HZ,
+    CpuTicks,
+    numa_memory_used,
+    parse_cpu_busy,
+    parse_meminfo,
+    parse_node_meminfo,
+    parse_proc_stat,
+    read_text,
+)
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import CpuTopology
 from koordqos.metrics.types import (
@@ -51,6 +61,7 @@ from koordqos.metrics.types import (
     HostAppSample,
     MetricSnapshot,
     NodeSample,
+    NumaSample,
     PodSample,
 )
 from koordqos.model.keys import BATCH_CPU
@@ -119,14 +130,17 @@ class _PodPlan:
     slo: object
     read_cpu: bool
     read_memory: bool
+    numa: bool = False  # memory.numa_stat is the fourth file (multi-NUMA nodes only)
 
 
 def _pod_files(
-    v2: bool, pod_dir: str, container_dirs: list[str], series: ContainerSeries
+    v2: bool, pod_dir: str, container_dirs: list[str], series: ContainerSeries, numa: bool = False
 ) -> list[tuple[str, str, str]]:
     cpu = ("cpu", "cpu.stat") if v2 else ("cpuacct", "cpuacct.usage")
     usage = "memory.current" if v2 else "memory.usage_in_bytes"
     out = [(pod_dir, *cpu), (pod_dir, "memory", usage), (pod_dir, "memory", "memory.stat")]
+    if numa:
+        out.append((pod_dir, "memory", "memory.numa_stat"))
     read_cpu = ContainerSeries.CPU in series
     read_memory = ContainerSeries.MEMORY in series
     for d in container_dirs:
@@ -137,6 +151,37 @@ def _pod_files(
         if read_memory:
             out += [(d, "memory", usage), (d, "memory", "memory.stat")]
     return out
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def numa_anon_of(data: bytes | None, v2: bool, page_size: int = _PAGE_SIZE) -> dict[int, int] | None:
+    """anon + unevictable bytes per NUMA node from a pod's `memory.numa_stat` (v1: the `hierarchical_` lines,
+    in pages; v2: `anon` / `unevictable`, in bytes); None when the file is missing or has neither line."""
+    if data is None:
+        return None
+    keys = (b"anon", b"unevictable") if v2 else (b"hierarchical_anon", b"hierarchical_unevictable")
+    scale = 1 if v2 else page_size
+    out: dict[int, int] = {}
+    found = False
+    for line in data.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        name = fields[0].split(b"=", 1)[0] if not v2 else fields[0]
+        if name not in keys:
+            continue
+        found = True
+        for item in fields[1:]:
+            key, sep, value = item.partition(b"=")
+            if not sep or not key.startswith(b"N"):
+                continue
+            try:
+                out[int(key[1:])] = out.get(int(key[1:]), 0) + int(value) * scale
+            except ValueError:
+                continue
+    return out if found else None
 
 
 def _read_sets(clock: Callable[[], float], plans: list[_PodPlan]) -> list[tuple[float, list[bytes | None]]]:
@@ -158,6 +203,7 @@ class MetricsCollector:
         store: MetricStore,
         *,
         proc_root: Path | str = "/proc",
+        sys_root: Path | str | None = None,
         topology: CpuTopology | None = None,
         interval: float = 1.0,
         clock: Callable[[], float] = time.time,
@@ -177,6 +223,12 @@ class MetricsCollector:
         # which containers' series to read per pod; None: all of them (koordlet's behaviour)
         self.container_demand = container_demand
         self._v2 = layout.version is CgroupVersion.V2
+        # NUMA nodes (sysfs `devices/system/node/node<N>`) and their CPUs: the per-NUMA usage of the
+        # NodeMetric's numaUsages; none without a sys root or NUMA information
+        self.sys_root = None if sys_root is None else Path(sys_root)
+        self._numa_cpus = self._numa_nodes()
+        self._multi_numa = len(self._numa_cpus) > 1
+        self._prev_cpus: tuple[dict[int, int], float] | None = None
         self._prev: dict[str, tuple[int, float]] = {}  # counter key → (value, time)
         self._prev_thr: dict[str, tuple[int, int]] = {}  # throttle key → (nr_periods, nr_throttled)
         self._prev_node: tuple[CpuTicks, float] | None = None
@@ -321,6 +373,37 @@ class MetricsCollector:
         MISSING.labels(source).inc()
         self._warn_once(key, msg, **kw)
 
+    def _numa_nodes(self) -> dict[int, tuple[int, ...]]:
+        if self.sys_root is None or self.topology is None:
+            return {}
+        base = self.sys_root / "devices/system/node"
+        by_node = self.topology.by_node()
+        return {n: cpus for n, cpus in by_node.items() if (base / f"node{n}" / "meminfo").exists()}
+
+    def _numa(self, text: str | None, at: float) -> tuple[NumaSample, ...]:
+        """Per NUMA node: Σ busy-tick deltas of its CPUs / (Δt · USER_HZ), and its meminfo's usage."""
+        if not self._numa_cpus or self.sys_root is None:
+            return ()
+        busy = parse_cpu_busy(text) if text is not None else {}
+        prev = self._prev_cpus
+        self._prev_cpus = (busy, at) if busy else None
+        out: list[NumaSample] = []
+        base = self.sys_root / "devices/system/node"
+        for node, cpus in self._numa_cpus.items():
+            cores: float | None = None
+            if prev is not None and at > prev[1] and all(c in busy and c in prev[0] for c in cpus):
+                delta = sum(busy[c] - prev[0][c] for c in cpus)
+                if delta >= 0:
+                    cores = delta / ((at - prev[1]) * USER_HZ)
+            mem_text = read_text(base / f"node{node}" / "meminfo")
+            used = numa_memory_used(parse_node_meminfo(mem_text)) if mem_text is not None else None
+            if used is None:
+                self._missing(
+                    "numa_meminfo", f"numa:{node}", "cannot read NUMA node memory", node=node, dir=str(base)
+                )
+            out.append(NumaSample(node, cores, used))
+        return tuple(out)
+
     def _node(self, at: float) -> NodeSample:
         cpu_cores: float | None = None
         online = len(self.topology) if self.topology is not None else 0
@@ -354,6 +437,7 @@ class MetricsCollector:
             memory_used=None if total is None or avail is None else max(0, total - avail),
             memory_used_with_cache=None if total is None or free is None else max(0, total - free),
             cpu_count=online,
+            numa=self._numa(text, at),
         )
 
     def _rate(self, key: str, value: int | None, at: float, seen: set[str]) -> float | None:
@@ -418,7 +502,7 @@ class MetricsCollector:
                 )
                 continue
             containers.append(_ContainerPlan(c.container_id, c.name, cdir, "cpu:" + cdir, "thr:" + cdir))
-        entries = _pod_files(self._v2, pod_dir, [c.dir for c in containers], series)
+        entries = _pod_files(self._v2, pod_dir, [c.dir for c in containers], series, self._multi_numa)
         if plan is not None and plan.files.entries == tuple(entries):
             files = plan.files
         else:
@@ -435,6 +519,7 @@ class MetricsCollector:
             slo,
             ContainerSeries.CPU in series,
             ContainerSeries.MEMORY in series,
+            self._multi_numa,
         )
         self._plans[pod.uid] = plan
         return plan
@@ -456,9 +541,10 @@ class MetricsCollector:
         if plan.containers:
             containers = self._containers(plan, at, data, seen)
         uid = plan.pod.uid
+        numa = numa_anon_of(data[3], v2) if plan.numa else None
         if figures is None:
-            return PodSample(uid, cpu, None, containers)
-        return PodSample(uid, cpu, figures[0], containers, figures[1], figures[2])
+            return PodSample(uid, cpu, None, containers, numa_memory=numa)
+        return PodSample(uid, cpu, figures[0], containers, figures[1], figures[2], numa)
 
     def _containers(
         self, plan: _PodPlan, at: float, data: list[bytes | None], seen: set[str]
@@ -466,7 +552,7 @@ class MetricsCollector:
         """The containers' samples (their files follow the pod's three; see _PodPlan for the order)."""
         v2 = self._v2
         read_cpu, read_memory = plan.read_cpu, plan.read_memory
-        i = 3
+        i = 4 if plan.numa else 3
         out = []
         for c in plan.containers:
             cpu = throttled = None

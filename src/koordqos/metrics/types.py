@@ -47,6 +47,16 @@ def _no_apps() -> Mapping[str, HostAppSample]:
 
 
 @dataclass(frozen=True, slots=True)
+class NumaSample:
+    """One NUMA node's usage: CPU cores (its CPUs' busy ticks) and memory in use (its meminfo without
+    page cache and reclaimable slab); None where the source was missing or has no delta yet."""
+
+    node: int
+    cpu_usage_cores: float | None = None
+    memory_used: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSample:
     """Node-wide usage; None where the source file was missing or the first round has no delta yet."""
 
@@ -57,6 +67,7 @@ class NodeSample:
     memory_used: int | None = None  # total − available
     memory_used_with_cache: int | None = None  # total − free
     cpu_count: int = 0
+    numa: tuple[NumaSample, ...] = ()  # by node id; empty without NUMA information in sysfs
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +92,8 @@ class PodSample:
     containers: tuple[ContainerSample, ...] = ()
     memory_anon: int | None = None  # inactive_anon + active_anon + unevictable (the reported definition)
     memory_with_cache: int | None = None  # anon + active_file + inactive_file
+    # anon + unevictable per NUMA node (memory.numa_stat), read on nodes with more than one NUMA node only
+    numa_memory: Mapping[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,12 @@ from koordqos.kube.report import NodeBatchPatcher, NodeMetricWriter, NRTWriter
 from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.topology import CpuTopology
 from koordqos.report.devicereport import DeviceReporter
+from koordqos.prediction.checkpoint import CheckpointDir
+from koordqos.prediction.model import PredictionParams
 from koordqos.report.history import ReportHistory
 from koordqos.report.kubelet import KubeletCPUManager, topology_policy
 from koordqos.report.nrt import NRTDesired
+from koordqos.report.prediction import PredictionServer
 from koordqos.report.reporters import (
     BatchCapacityReporter,
     KubeletSources,
@@ -61,6 +64,41 @@ def kubelet_sources(cfg: AgentConfig, client: ClientSource | None) -> KubeletSou
     return KubeletSources(explicit_kubelet(cfg), fetch, cfg.report.kubelet_root)
 
 
+def prediction_params(cfg: AgentConfig) -> PredictionParams:
+    """The prediction group of the configuration as the models' parameters."""
+    p = cfg.prediction
+    return PredictionParams(
+        cold_start_seconds=p.cold_start_seconds,
+        safety_margin_percent=p.safety_margin_percent,
+        memory_half_life_seconds=p.memory_half_life_seconds,
+        cpu_half_life_seconds=p.cpu_half_life_seconds,
+        training_interval_seconds=p.training_interval_seconds,
+        model_expiration_seconds=p.model_expiration_seconds,
+        checkpoint_interval_seconds=p.checkpoint_interval_seconds,
+        checkpoint_max_per_step=p.checkpoint_max_per_step,
+        max_models=p.max_models,
+    )
+
+
+def build_prediction(cfg: AgentConfig, bus: EventBus, history: ReportHistory) -> PredictionServer | None:
+    """The prediction server of this configuration (None when `--enable-prediction=false`)."""
+    p = cfg.prediction
+    if not p.enabled:
+        return None
+    # a training window longer than the report's pod retention (the aggregate window) is kept whole
+    history.min_pod_retention = p.training_interval_seconds + 2 * cfg.metrics.collect_interval_seconds
+    history.configure(history.node_retention, history.pod_retention)
+    checkpoints = CheckpointDir(p.checkpoint_dir, max_bytes=p.checkpoint_max_bytes)
+    return PredictionServer(
+        bus,
+        history,
+        prediction_params(cfg),
+        checkpoints,
+        delete_invalid=p.checkpoint_delete_invalid,
+        read_only=cfg.dry_run,
+    )
+
+
 @dataclass
 class Reporters:
     """The report components the composer runs, and what /debug/state shows of them."""
@@ -69,11 +107,14 @@ class Reporters:
     topology: TopologyReporter
     batch: BatchCapacityReporter | None = None
     device: DeviceReporter | None = None  # gate Accelerators
+    prediction: PredictionServer | None = None
 
     @property
     def components(self) -> list[Any]:
         """Supervised components, in start order."""
         out: list[Any] = [self.nodemetric, self.topology]
+        if self.prediction is not None:
+            out.append(self.prediction)
         if self.batch is not None:
             out.append(self.batch)
         if self.device is not None:
@@ -91,6 +132,7 @@ class Reporters:
             "nodeResourceTopology": self.topology.debug_state(),
             "batchResources": None if self.batch is None else _record(self.batch.last),
             "device": None if self.device is None else self.device.debug_state(),
+            "prediction": None if self.prediction is None else self.prediction.debug_state(),
         }
 
 
@@ -121,7 +163,8 @@ def build_reporters(
     nm_writer = None
     if client is not None and r.node_metric_enabled:
         nm_writer = NodeMetricWriter(client, cfg.node_name, min_write_interval=r.min_write_interval_seconds)
-    nodemetric = NodeMetricReporter(bus, history, nm_writer)
+    prediction = build_prediction(cfg, bus, history)
+    nodemetric = NodeMetricReporter(bus, history, nm_writer, prediction=prediction)
     threads = max((len(c) for c in topology.by_core().values()), default=1)
     nrt_writer = None
     if client is not None and cfg.gate("NodeTopologyReport"):
@@ -164,4 +207,4 @@ def build_reporters(
             interval=r.node_topology_sync_interval_seconds,
             resync=r.node_topology_resync_seconds,
         )
-    return Reporters(nodemetric, nrt, batch, device)
+    return Reporters(nodemetric, nrt, batch, device, prediction)

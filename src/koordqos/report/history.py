@@ -144,6 +144,20 @@ class EntitySeries:
     memory_with_cache: Series  # anon + unevictable + active/inactive file (usageWithPageCache)
 
 
+@dataclass(slots=True)
+class NumaSeries:
+    """One NUMA node's usage (cores, bytes) and its per-tick system part (numaUsages, prediction spec §5)."""
+
+    cpu: Series
+    memory: Series
+    system_cpu: Series
+    system_memory: Series
+
+    def nbytes(self) -> int:
+        """Bytes of the four rings."""
+        return sum(s.nbytes() for s in (self.cpu, self.memory, self.system_cpu, self.system_memory))
+
+
 #: node-level series names
 NODE_CPU = "node_cpu"
 NODE_MEMORY = "node_memory"  # MemTotal − MemAvailable
@@ -187,9 +201,13 @@ class ReportHistory:
         self.node: dict[str, Series] = {name: Series(cap, stride) for name in NODE_SERIES}
         self.pods: dict[str, EntitySeries] = {}  # by pod uid
         self.apps: dict[str, EntitySeries] = {}  # by NodeSLO host application name
+        self.numa: dict[int, NumaSeries] = {}  # by NUMA node id (kept for the aggregate window, as pods)
         self._pod_sizing = _sizing(pod_retention, collect_interval, max_points)
         self.ticks = 0
         self.system_ticks_skipped = 0
+        # pods' series are kept at least this long whatever the collection policy (the prediction's
+        # training window); 0: the policy's retention alone
+        self.min_pod_retention = 0.0
 
     # -- sizing --------------------------------------------------------------------------------------------
 
@@ -200,6 +218,7 @@ class ReportHistory:
             cap, stride = _sizing(node_retention, self.collect_interval, self.max_points)
             self.node = {k: s.resized(cap, stride) for k, s in self.node.items()}
             self.node_retention = node_retention
+        pod_retention = max(pod_retention, self.min_pod_retention)
         if pod_retention != self.pod_retention:
             cap, stride = self._pod_sizing = _sizing(pod_retention, self.collect_interval, self.max_points)
             for group in (self.pods, self.apps):
@@ -209,6 +228,13 @@ class ReportHistory:
                         e.memory.resized(cap, stride),
                         e.memory_with_cache.resized(cap, stride),
                     )
+            for node_id, n in self.numa.items():
+                self.numa[node_id] = NumaSeries(
+                    n.cpu.resized(cap, stride),
+                    n.memory.resized(cap, stride),
+                    n.system_cpu.resized(cap, stride),
+                    n.system_memory.resized(cap, stride),
+                )
             self.pod_retention = pod_retention
 
     def _entity(self) -> EntitySeries:
@@ -272,12 +298,45 @@ class ReportHistory:
                     if key not in samples:
                         sum_cpu += _recent(e.cpu, horizon)
                         sum_mem += _recent(e.memory, horizon)
+        system_cpu: float | None = None
         if node.cpu_usage_cores is None or node.memory_used is None:
             self.system_ticks_skipped += 1
-            return
-        # system = max(node − Σ pods − Σ host apps, 0) per tick, without-page-cache memory always (§1.5)
-        ns[SYSTEM_CPU].append(t, max(node.cpu_usage_cores - sum_cpu, 0.0))
-        ns[SYSTEM_MEMORY].append(t, max(float(node.memory_used) - sum_mem, 0.0))
+        else:
+            # system = max(node − Σ pods − Σ host apps, 0) per tick, without-page-cache memory always (§1.5)
+            system_cpu = max(node.cpu_usage_cores - sum_cpu, 0.0)
+            ns[SYSTEM_CPU].append(t, system_cpu)
+            ns[SYSTEM_MEMORY].append(t, max(float(node.memory_used) - sum_mem, 0.0))
+        if node.numa:
+            self._ingest_numa(snap, t, system_cpu)
+
+    def _ingest_numa(self, snap: MetricSnapshot, t: float, system_cpu: float | None) -> None:
+        """Per NUMA node: its usage, and its system part: memory = max(NUMA memory − Σ pods' memory on it,
+        0) (one NUMA node: all of the pods' anonymous memory), CPU = the node's system CPU × its share of
+        the NUMA CPU usage (0 when they sum to 0)."""
+        numa = snap.node.numa
+        pod_mem: dict[int, float] = {}
+        if len(numa) == 1:
+            pod_mem[numa[0].node] = float(sum(p.memory_anon or 0 for p in snap.pods.values()))
+        else:
+            for p in snap.pods.values():
+                for node_id, used in (p.numa_memory or {}).items():
+                    pod_mem[node_id] = pod_mem.get(node_id, 0.0) + used
+        cpu_total = sum(n.cpu_usage_cores or 0.0 for n in numa)
+        cap, stride = self._pod_sizing
+        for n in numa:
+            series = self.numa.get(n.node)
+            if series is None:
+                series = self.numa[n.node] = NumaSeries(
+                    Series(cap, stride), Series(cap, stride), Series(cap, stride), Series(cap, stride)
+                )
+            if n.cpu_usage_cores is not None:
+                series.cpu.append(t, n.cpu_usage_cores)
+                if system_cpu is not None:
+                    share = n.cpu_usage_cores / cpu_total if cpu_total > 0 else 0.0
+                    series.system_cpu.append(t, system_cpu * share)
+            if n.memory_used is not None:
+                series.memory.append(t, float(n.memory_used))
+                series.system_memory.append(t, max(float(n.memory_used) - pod_mem.get(n.node, 0.0), 0.0))
 
     def retain_pods(self, uids: Collection[str]) -> list[str]:
         """Forget pods not in `uids` (a pod recreated under the same name is a new uid, §6)."""
@@ -297,7 +356,7 @@ class ReportHistory:
 
     def nbytes(self) -> int:
         """Bytes held by all point arrays (the history's memory, without Python object overhead)."""
-        total = sum(s.nbytes() for s in self.node.values())
+        total = sum(s.nbytes() for s in self.node.values()) + sum(n.nbytes() for n in self.numa.values())
         for group in (self.pods, self.apps):
             for e in group.values():
                 total += e.cpu.nbytes() + e.memory.nbytes() + e.memory_with_cache.nbytes()

@@ -2,12 +2,14 @@
 the complete `status` to write, or why no status may be written (koordinator-reporting.md §1.3–§1.8).
 
 Pure: reads only its arguments. The status is built whole every round (koordlet replaces it wholesale).
-PD-1 and PD-4: `prodReclaimableMetric`, `prodPeakMetric` and `numaUsages` are not reported.
+`prodReclaimableMetric` / `prodPeakMetric` come from the prediction hook (`report.prediction`), given the
+pods that have usage in this report (koordinator-prediction.md §4.5); `numaUsages` from the history's NUMA
+series (§5). PD-1 and PD-4 of the reporting spec are superseded by issue #34 (docs/prediction.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,8 @@ from koordqos.report.stats import STATISTICS, in_cold_start, mean, window_statis
 
 Json = dict[str, Any]
 _EPSILON = 1e-6
+ProdFields = Callable[[Sequence[str]], Generator[None, None, Json]]
+"""The prediction hook: the uids of the pods reported with usage → the status's prediction fields."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,25 @@ def _entity_usage(e: EntitySeries, with_cache: bool, start: float, now: float) -
     return resource_map(cpu, mem)
 
 
+def numa_usages(history: ReportHistory, start: float, now: float) -> list[Json]:
+    """`numaUsages`: per NUMA node (by id) the mean node usage and, when it has samples, the mean system
+    usage over the aggregate window; a NUMA node without CPU or memory samples is left out (§5)."""
+    out: list[Json] = []
+    for node_id in sorted(history.numa):
+        n = history.numa[node_id]
+        cpu = mean(n.cpu.window(start, now)[0])
+        mem = mean(n.memory.window(start, now)[0])
+        if cpu is None or mem is None:
+            continue
+        entry: Json = {"numaNodeID": node_id, "nodeUsage": resource_map(cpu, mem)}
+        sys_cpu = mean(n.system_cpu.window(start, now)[0])
+        sys_mem = mean(n.system_memory.window(start, now)[0])
+        if sys_cpu is not None and sys_mem is not None:
+            entry["systemUsage"] = resource_map(sys_cpu, sys_mem)
+        out.append(entry)
+    return out
+
+
 #: pods planned per synchronous slice; the reporter yields to the event loop between slices
 CHUNK = 25
 
@@ -114,9 +137,10 @@ def build_status(
     apps: Iterable[AppMeta],
     wall_now: float,
     now: float | None = None,
+    prediction: ProdFields | None = None,
 ) -> Json | StatusSkipped:
     """The `NodeMetricStatus` for this round; `now` is the history's (monotonic) clock, default its own."""
-    steps = plan_status(history, policy, pods, apps, wall_now, now)
+    steps = plan_status(history, policy, pods, apps, wall_now, now, prediction)
     while True:
         try:
             next(steps)
@@ -132,6 +156,7 @@ def plan_status(
     apps: Iterable[AppMeta],
     wall_now: float,
     now: float | None = None,
+    prediction: ProdFields | None = None,
 ) -> Generator[None, None, Json | StatusSkipped]:
     """`build_status` in slices: yields after every CHUNK pods (the caller may give the loop a turn), returns
     the status. All windows end at the same `now`, so slicing does not change the result."""
@@ -157,9 +182,13 @@ def plan_status(
     }
     if not policy.durations:  # omitempty lists
         del node_metric["aggregatedNodeUsages"], node_metric["aggregatedSystemUsages"]
+    numa = numa_usages(history, start, t)
+    if numa:
+        node_metric["numaUsages"] = numa
     status: Json = {"updateTime": rfc3339(wall_now), "nodeMetric": node_metric}
     yield
     pod_entries: list[Json] = []
+    with_usage: list[str] = []
     for i, meta in enumerate(sorted(pods, key=lambda p: (p.namespace, p.name))):
         if i and i % CHUNK == 0:
             yield
@@ -167,6 +196,7 @@ def plan_status(
         usage = None if series is None else _entity_usage(series, policy.with_page_cache, start, t)
         if usage is None:
             continue
+        with_usage.append(meta.uid)
         entry: Json = {"namespace": meta.namespace, "name": meta.name, "podUsage": usage}
         if meta.priority:
             entry["priority"] = meta.priority
@@ -189,4 +219,6 @@ def plan_status(
         app_entries.append(entry)
     if app_entries:
         status["hostApplicationMetric"] = app_entries
+    if prediction is not None:
+        status.update((yield from prediction(with_usage)))
     return status

@@ -1,5 +1,7 @@
 """`python -m koordqos report --once`: collect a few rounds, print the NodeMetric status and the NRT the agent
-would write (and the standalone batch values), as JSON. Writes nothing: no API writes, no cgroup writes."""
+would write (and the standalone batch and Mid values), as JSON. The prediction fields come from the
+checkpoints in `--prediction-checkpoint-filepath` plus one training round over the collected rounds.
+Writes nothing: no API writes, no cgroup writes, no checkpoint files."""
 
 from __future__ import annotations
 
@@ -21,12 +23,17 @@ from koordqos.metrics.types import ContainerSeries
 from koordqos.model.node import parse_node
 from koordqos.model.nodeslo_validate import validate_nodeslo
 from koordqos.model.pod import parse_pod
-from koordqos.report.build import kubelet_sources
+from koordqos.report.build import build_prediction, kubelet_sources
 from koordqos.report.history import ReportHistory
 from koordqos.report.nodemetric import StatusSkipped
 from koordqos.report.nrt import modifier
 from koordqos.report.policy import parse_collect_policy
-from koordqos.report.reporters import NodeMetricReporter, TopologyReporter, standalone_values
+from koordqos.report.reporters import (
+    NodeMetricReporter,
+    TopologyReporter,
+    standalone_mid_values,
+    standalone_values,
+)
 from koordqos.state import NodeState
 
 Json = dict[str, Any]
@@ -90,6 +97,7 @@ async def report_once(cfg: AgentConfig, cluster: bool, rounds: int = 3) -> Json:
             reader,
             MetricStore(60.0, interval),
             proc_root=paths.proc_root,
+            sys_root=paths.sys_root,
             topology=topology,
             interval=interval,
             # the reports are made of pod, node and host-app series: no container file is read
@@ -101,7 +109,13 @@ async def report_once(cfg: AgentConfig, cluster: bool, rounds: int = 3) -> Json:
                 await asyncio.sleep(interval)
             history.ingest(await collector.collect())
         reader.close()
-        reporter = NodeMetricReporter(bus, history, None)
+        # the models as the agent would have them now: its checkpoints (read, nothing deleted or written),
+        # and one training round over what was just collected
+        prediction = build_prediction(cfg, bus, history)
+        if prediction is not None:
+            await prediction.restore(state, read_only=True)
+            await prediction.train_round(state)
+        reporter = NodeMetricReporter(bus, history, None, prediction=prediction)
         spec = (nodemetric or {}).get("spec")
         reporter.set_policy(parse_collect_policy(spec if isinstance(spec, dict) else None))
         status = reporter.build()
@@ -130,9 +144,13 @@ async def report_once(cfg: AgentConfig, cluster: bool, rounds: int = 3) -> Json:
                 "wouldWrite": body is not None,
                 "object": body if body is not None else nrt,
             }
+        if prediction is not None:
+            out["prediction"] = prediction.debug_state()
         if cfg.report.batch_resource_source == "agent" and not isinstance(status, StatusSkipped):
             values, why = standalone_values(state, status)
             out["batchResources"] = values if values is not None else {"skipped": why}
+            mid, why = standalone_mid_values(state, status)
+            out["midResources"] = mid if mid is not None else {"skipped": why}
         return out
     finally:
         if client is not None:

@@ -6,9 +6,10 @@
 * `TopologyReporter` recomputes the NRT every 3 s and right after pod/Node changes, hands the result to
   the CPUSetAllocator hook at once (N5), and writes only when the result changed (N4) or at the
   resync period (which also recreates a deleted NRT).
-* `BatchCapacityReporter` (standalone, `--batch-resource-source=agent`) patches the Node's batch resources
-  computed with koord-manager's formula from the same report, and removes them after 15 minutes without
-  a usable report (the manager's degrade rule).
+* `BatchCapacityReporter` (standalone, `--batch-resource-source=agent`) patches the Node's batch and Mid
+  resources computed with koord-manager's formulas from the same report (Mid from its
+  prodReclaimableMetric), and removes them after 15 minutes without a usable report (the manager's degrade
+  rule).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from koordqos.metrics.hardware import NodeHardware
 from koordqos.metrics.procfs import read_text
 from koordqos.metrics.topology import CpuTopology
 from koordqos.metrics.types import MetricSnapshot
+from koordqos.model.keys import MID_CPU, MID_MEMORY
 from koordqos.model.node import NodeInfo
 from koordqos.model.nodeslo import NodeSLO
 from koordqos.model.pod import PodInfo
@@ -74,14 +76,19 @@ from koordqos.report.kubelet import (
     from_configz,
     parse_checkpoint,
 )
+from koordqos.report.mid import MidNode, MidPod, MidStrategy
+from koordqos.report.mid import calculate as calculate_mid
 from koordqos.report.nodemetric import AppMeta, PodMeta, StatusSkipped, build_status, plan_status
 from koordqos.report.nrt import NRTDesired, NRTInputs, desired, modifier
 from koordqos.report.policy import SCHEDULER_EXPIRY_SECONDS, CollectPolicy, parse_collect_policy
+from koordqos.report.prediction import PredictionServer
 from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.report")
 Json = dict[str, Any]
 Sleep = Callable[[float], Awaitable[None]]
+#: what the standalone mode sets on the Node (capacity and allocatable)
+STANDALONE_RESOURCES = (BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY)
 PODS_PER_STEP = 100  # a report's pod metadata is built in slices this long (the loop gets a turn between)
 INVALID_FIELDS = Counter(
     "koordqos_report_invalid_fields_total",
@@ -132,10 +139,12 @@ class NodeMetricReporter:
         *,
         wall: Callable[[], float] = time.time,
         sleep: Sleep = asyncio.sleep,
+        prediction: PredictionServer | None = None,
     ) -> None:
         self.bus = bus
         self.history = history
         self.writer = writer
+        self.prediction = prediction  # the prodReclaimableMetric / prodPeakMetric fields (None: omitted)
         self.wall = wall
         self.sleep = sleep
         self.policy = CollectPolicy()
@@ -229,8 +238,11 @@ class NodeMetricReporter:
 
     def build(self, state: NodeState | None = None) -> Json | StatusSkipped:
         """The status this round would write (also `koordqos report --once`), in one synchronous step."""
+        state = self.bus.state if state is None else state
         pods, apps = self._inputs(state)
-        return build_status(self.history, self.policy, pods, apps, self.wall())
+        wall = self.wall()
+        hook = None if self.prediction is None else self.prediction.fields(state, wall)
+        return build_status(self.history, self.policy, pods, apps, wall, prediction=hook)
 
     async def build_async(self, state: NodeState | None = None) -> Json | StatusSkipped:
         """Like `build`, giving the event loop a turn between slices of pods (no long loop step)."""
@@ -239,7 +251,9 @@ class NodeMetricReporter:
             await asyncio.sleep(0)
         pods, apps = self._inputs(state)
         await self._ingest_idle.wait()  # not in the middle of a round: its windows end now
-        steps = plan_status(self.history, self.policy, pods, apps, self.wall())
+        wall = self.wall()
+        hook = None if self.prediction is None else self.prediction.fields(state, wall)
+        steps = plan_status(self.history, self.policy, pods, apps, wall, prediction=hook)
         while True:
             try:
                 next(steps)
@@ -609,6 +623,17 @@ class TopologyReporter:
         }
 
 
+def _reservation(node: NodeInfo) -> dict[str, int]:
+    """The `node.koordinator.sh/reservation` annotation's cpu/memory (reserved CPUs: 1000 milli each)."""
+    annotation: dict[str, int] = {}
+    res = node.reservation
+    if res is not None:
+        annotation = {r: v for r, v in res.resources.items() if r in ("cpu", "memory")}
+        if res.reserved_cpus:
+            annotation["cpu"] = len(res.reserved_cpus) * 1000
+    return annotation
+
+
 def standalone_values(
     state: NodeState, status: Json, strategy: BatchStrategy | None = None
 ) -> tuple[dict[str, int] | None, str]:
@@ -616,13 +641,7 @@ def standalone_values(
     node = state.node
     if node is None:
         return None, "Node not known yet"
-    annotation: dict[str, int] = {}
-    res = node.reservation
-    if res is not None:
-        annotation = {r: v for r, v in res.resources.items() if r in ("cpu", "memory")}
-        if res.reserved_cpus:
-            annotation["cpu"] = len(res.reserved_cpus) * 1000
-    capacity = NodeCapacity(node.capacity, node.allocatable, annotation, node.cpu_normalization_ratio)
+    capacity = NodeCapacity(node.capacity, node.allocatable, _reservation(node), node.cpu_normalization_ratio)
     pods = [
         ManagedPod(
             p.namespace,
@@ -636,6 +655,26 @@ def standalone_values(
     ]
     result = calculate(capacity, pods, status, strategy or BatchStrategy())
     return {BATCH_CPU: result.batch_cpu, BATCH_MEMORY: result.batch_memory}, ""
+
+
+def standalone_mid_values(
+    state: NodeState, status: Json, strategy: MidStrategy | None = None
+) -> tuple[dict[str, int] | None, str]:
+    """koord-manager's Mid formula (§6) over the agent's own report (its prodReclaimableMetric) and pod
+    list: (mid values, "") or (None, why)."""
+    node = state.node
+    if node is None:
+        return None, "Node not known yet"
+    pods = [
+        MidPod(
+            p.priority_class.value,
+            p.phase,
+            {"cpu": p.kube_request("cpu"), "memory": p.kube_request("memory")},
+        )
+        for p in state.pods.values()
+    ]
+    mid_node = MidNode(node.capacity, node.allocatable, _reservation(node))
+    return calculate_mid(mid_node, pods, status, strategy or MidStrategy()).resources(), ""
 
 
 class BatchCapacityReporter:
@@ -653,6 +692,7 @@ class BatchCapacityReporter:
         manager_present: Callable[[], Awaitable[bool]],
         *,
         strategy: BatchStrategy | None = None,
+        mid_strategy: MidStrategy | None = None,
         interval: float | None = None,
         wall: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
@@ -664,6 +704,7 @@ class BatchCapacityReporter:
         self.patcher = patcher
         self.manager_present = manager_present
         self.strategy = strategy or BatchStrategy()
+        self.mid_strategy = mid_strategy or MidStrategy()
         self.interval = interval
         self.wall = wall
         self.clock = clock
@@ -689,7 +730,13 @@ class BatchCapacityReporter:
         status = await self.nodemetric.build_async(state)
         if isinstance(status, StatusSkipped):
             return None, status.reason
-        return standalone_values(state, status, self.strategy)
+        values, why = standalone_values(state, status, self.strategy)
+        if values is None:
+            return None, why
+        mid, why = standalone_mid_values(state, status, self.mid_strategy)
+        if mid is None:
+            return None, why
+        return values | mid, ""
 
     async def round(self) -> ReportRecord:
         now_text = rfc3339(self.wall())
@@ -705,11 +752,11 @@ class BatchCapacityReporter:
         if values is None:
             good = self.last_good if self.last_good is not None else self.started_at
             if now - good >= self.strategy.degrade_time_minutes * 60 and self.written != {}:
-                out = await self.patcher.patch({BATCH_CPU: None, BATCH_MEMORY: None})
+                out = await self.patcher.patch(dict.fromkeys(STANDALONE_RESOURCES))
                 if out.outcome == "written":
                     self.written = {}
                     self.written_at = now
-                log.warning("own metrics stale: batch resources removed from the Node", reason=why)
+                log.warning("own metrics stale: batch and mid resources removed from the Node", reason=why)
                 self.last = ReportRecord(now_text, "degraded", why)
             else:
                 self.last = ReportRecord(now_text, "skipped", why)
@@ -723,6 +770,8 @@ class BatchCapacityReporter:
             {
                 BATCH_CPU: decimal_quantity(values[BATCH_CPU]),
                 BATCH_MEMORY: memory_quantity(values[BATCH_MEMORY]),
+                MID_CPU: decimal_quantity(values[MID_CPU]),
+                MID_MEMORY: memory_quantity(values[MID_MEMORY]),
             }
         )
         if out.outcome == "written":

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
@@ -111,6 +111,7 @@ class SyntheticNode:
         self.sys_root = self.base / "sys"
         self._busy = 0
         self._idle = 0
+        self._cpu_busy: dict[int, int] = {}  # per-CPU busy ticks (the `cpuN` lines), see `advance_cpu`
         self.layout = CgroupLayout(
             self.cgroup_root,
             version,
@@ -339,10 +340,28 @@ class SyntheticNode:
         user = self._busy // 2
         system = self._busy - user
         lines = [f"cpu  {user} 0 {system} {self._idle} 0 0 0 0 0 0"]
-        lines += [f"cpu{i} 0 0 0 0 0 0 0 0 0 0" for i in range(self.cpus)]
+        lines += [f"cpu{i} {self._cpu_busy.get(i, 0)} 0 0 0 0 0 0 0 0 0" for i in range(self.cpus)]
         lines += ["intr 0", "ctxt 0", "btime 0", "processes 1", "procs_running 1", "procs_blocked 0"]
         self.proc_root.mkdir(parents=True, exist_ok=True)
         overwrite(self.proc_root / "stat", "\n".join(lines) + "\n")
+
+    def advance_cpu(self, cpu: int, busy_ticks: int) -> None:
+        """Advance one CPU's busy ticks (its `cpuN` line of /proc/stat; the aggregate line too)."""
+        self._cpu_busy[cpu] = self._cpu_busy.get(cpu, 0) + busy_ticks
+        self.advance_node_cpu(busy_ticks, 0)
+
+    def set_numa(self, node: int, cpus: Iterable[int], meminfo: Mapping[str, int]) -> None:
+        """Make NUMA node `node` of `cpus` (their `cpuN/node<node>` links move to it) with a
+        `devices/system/node/node<N>/meminfo` of `meminfo` (bytes, written in kB: MemTotal, MemFree, …)."""
+        cpu_dir = self.sys_root / "devices/system/cpu"
+        for cpu in cpus:
+            for old in (cpu_dir / f"cpu{cpu}").glob("node*"):
+                old.rmdir()
+            (cpu_dir / f"cpu{cpu}" / f"node{node}").mkdir()
+        node_dir = self.sys_root / f"devices/system/node/node{node}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        text = "".join(f"Node {node} {k + ':':<16}{v // 1024:>10} kB\n" for k, v in meminfo.items())
+        overwrite(node_dir / "meminfo", text)
 
     def set_meminfo(self, total: int, available: int, free: int) -> None:
         """Write /proc/meminfo (values in bytes, stored in kB like the kernel)."""
