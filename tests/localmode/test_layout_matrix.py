@@ -249,8 +249,13 @@ async def test_every_node_shape(shape: str, driver: CgroupDriver, short_dir: Pat
             q = n.read(be_qos, ("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.max")).split()[0]
             return -1 if q == "max" else int(q)
 
-        await wait_until(lambda: quota() > 0, timeout=15, message=f"{where}: BE quota suppressed")
-        assert 200_000 <= quota() <= 260_000, quota()
+        # (the simulated counters advance with wall time: on a loaded machine a round can see a late sample
+        # as system usage and cut deeper for a round; the quota settles in the range)
+        await wait_until(
+            lambda: 200_000 <= quota() <= 260_000,
+            timeout=15,
+            message=f"{where}: BE quota suppressed to 200000-260000 ({quota()})",
+        )
         # CPU burst (cpuBurstOnly, 200 %): the LS container's CFS burst, 1 CPU limit → 2 CPUs of burst
         await wait_until(
             lambda: n.read(n.ls_ctr, ("cpu", "cpu.cfs_burst_us"), ("cpu", "cpu.max.burst")) == "200000",

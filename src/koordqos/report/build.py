@@ -14,9 +14,9 @@ from koordqos.kube.device import DeviceWriter
 from koordqos.kube.report import NodeBatchPatcher, NodeMetricWriter, NRTWriter
 from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.topology import CpuTopology
-from koordqos.report.devicereport import DeviceReporter
 from koordqos.prediction.checkpoint import CheckpointDir
 from koordqos.prediction.model import PredictionParams
+from koordqos.report.devicereport import DeviceReporter
 from koordqos.report.history import ReportHistory
 from koordqos.report.kubelet import KubeletCPUManager, topology_policy
 from koordqos.report.nrt import NRTDesired
