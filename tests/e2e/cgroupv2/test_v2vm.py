@@ -12,9 +12,11 @@ import ast
 import compileall
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ REPO = HERE.parents[2]
 RUN = REPO / "tools" / "v2vm" / "run.py"
 GUEST = HERE / "guest"
 UNAVAILABLE = 125  # run.py: the VM could not run the command
+HOST_TMP_CONTENT = "written on the host"  # read back in the guest (test_cgroups_v2)
 TIMEOUT = 900.0  # seconds: under TCG on a loaded 2-CPU host the suite takes ~1 min; qemu is killed after this
 
 
@@ -97,6 +100,10 @@ def _compile_bytecode() -> None:
 def guest(tmp_path_factory: pytest.TempPathFactory) -> GuestRun:
     mode = os.environ.get(MODE_ENV, "")
     xfer = tmp_path_factory.mktemp("v2vm")
+    # a file under the host's /tmp (not $TMPDIR), which the guest must see: a checkout or venv may live there
+    host_tmp = Path(tempfile.mkdtemp(prefix="koordqos-v2vm-", dir="/tmp"))
+    marker = host_tmp / "marker"
+    marker.write_text(HOST_TMP_CONTENT)
     t0 = time.monotonic()
     _compile_bytecode()
     compiled = time.monotonic() - t0
@@ -109,6 +116,8 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> GuestRun:
         str(TIMEOUT),
         "--cwd",
         str(REPO),
+        "--env",
+        f"V2VM_HOST_TMP_MARKER={marker}",
         "--",
         sys.executable,
         "-m",
@@ -124,7 +133,10 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> GuestRun:
         "--junitxml=/run/v2vm/xfer/guest.xml",
         "tests/e2e/cgroupv2/guest",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=TIMEOUT + 60)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=TIMEOUT + 60)
+    finally:
+        shutil.rmtree(host_tmp, ignore_errors=True)
     run = GuestRun(
         proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, _cases(xfer / "guest.xml")
     )
