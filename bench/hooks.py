@@ -51,10 +51,10 @@ from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.busypoll import SpareCPU
 from koordqos.nri.connection import NRIConnection
 from koordqos.nri.convert import NRIHooks
-from koordqos.nri.metrics import BUSY_POLL_WINDOWS
 from koordqos.nri.mux import frames_for
 from koordqos.nri.plugin import NRIPlugin
 from koordqos.nri.session import PLUGIN_SERVICE, PluginSession
+from koordqos.nri.telemetry import BUSY_POLL_WINDOWS
 from koordqos.nri.ttrpc import MessageType, encode_message, encode_request
 from koordqos.testing.gopeer import GoUnavailable, build
 from koordqos.testing.mock_nri.runtime import MockRuntime

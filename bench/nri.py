@@ -43,7 +43,7 @@ from _common import (
 from koordqos.config import NRISettings
 from koordqos.events.bus import EventBus
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.nri.events import NRICall, NRICreateContainer
+from koordqos.nri.calls import NRICall, NRICreateContainer
 from koordqos.nri.plugin import NRIPlugin
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod

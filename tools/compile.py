@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # What a CreateContainer runs through, from the bytes read to the reply written, and what every tick calls.
-# Not here: nri/events.py (its call classes use mixins; mypyc compiles single inheritance only: the NodeState
+# Not here: nri/calls.py (its call classes use mixins; mypyc compiles single inheritance only: the NodeState
 # records built on every call are made in nri/runtime_objects.py, which is), hooks/framework.py (a generic
 # frozen dataclass fails at import when compiled), events/types.py (dataclass field order: the runtime's
 # records, built on every call, are in events/records.py, which is), state.py and events/bus.py (compiled

@@ -15,7 +15,7 @@ import pytest
 from koordqos.config import NRISettings
 from koordqos.events.bus import EventBus
 from koordqos.hooks.core import Call
-from koordqos.nri.events import NRICall
+from koordqos.nri.calls import NRICall
 from koordqos.nri.plugin import NRIPlugin
 from koordqos.observability import REGISTRY
 from koordqos.state import NodeState

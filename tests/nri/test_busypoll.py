@@ -18,7 +18,7 @@ from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.metrics.types import MetricSnapshot, NodeSample
 from koordqos.nri import build_plugin
-from koordqos.nri import metrics as m
+from koordqos.nri import telemetry as m
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.busypoll import BusyPoll, SpareCPU, spare_cpu
 from koordqos.nri.plugin import NRIPlugin

@@ -18,14 +18,14 @@ from koordqos.hooks.core import Call, HookCore, run_call
 from koordqos.hooks.resources import Resources
 from koordqos.hooks.runtime import RuntimeHooks
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.nri.convert import NRIHooks, differing, envs_from_nri, resources_from_nri
-from koordqos.nri.events import (
+from koordqos.nri.calls import (
     NRICall,
     NRICreateContainer,
     NRIRunPodSandbox,
     NRISynchronize,
     NRIUpdateContainer,
 )
+from koordqos.nri.convert import NRIHooks, differing, envs_from_nri, resources_from_nri
 from koordqos.state import NodeState
 from koordqos.testing.cycles import cyclic_garbage, names
 from koordqos.testing.nodefs import SyntheticNode

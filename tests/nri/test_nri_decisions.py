@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 from koordqos.decisions import DecisionLog
 from koordqos.events.bus import EventBus
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.nri.events import NRICreateContainer, NRISynchronize, NRIUpdateContainer
+from koordqos.nri.calls import NRICreateContainer, NRISynchronize, NRIUpdateContainer
 from koordqos.nri.plugin import NRIPlugin
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_pod

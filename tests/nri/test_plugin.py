@@ -12,7 +12,7 @@ import pytest
 from koordqos.events.bus import EventBus
 from koordqos.events.types import RuntimeContainerUpserted
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.nri.events import (
+from koordqos.nri.calls import (
     NRICreateContainer,
     NRIRemoveContainer,
     NRIRemovePodSandbox,

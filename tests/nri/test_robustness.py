@@ -17,8 +17,8 @@ from koordqos.config import NRISettings, build_config
 from koordqos.errors import ConfigError
 from koordqos.events.bus import EventBus
 from koordqos.nri.api import nri_api_pb2 as api
+from koordqos.nri.calls import NRICreateContainer, NRISynchronize
 from koordqos.nri.connection import NRIConnection
-from koordqos.nri.events import NRICreateContainer, NRISynchronize
 from koordqos.nri.mux import encode_frame, frames_for
 from koordqos.nri.plugin import NRIPlugin, hook_deadline, parse_event_mask, validate_event_mask
 from koordqos.nri.session import PluginSession

@@ -86,7 +86,7 @@ def test_whatever_the_sliced_decoder_accepts_upb_accepts_the_same(data: st.DataO
 
 
 def test_update_for_finds_entries_appended_directly_and_keeps_the_first() -> None:
-    from koordqos.nri.events import NRISynchronize
+    from koordqos.nri.calls import NRISynchronize
 
     ev = NRISynchronize()
     a = ev.update_for("a")
@@ -118,7 +118,7 @@ async def test_a_synchronize_s_messages_are_released_over_several_loop_steps() -
 
 
 def test_drop_index_lets_the_updates_go_and_lookups_still_work() -> None:
-    from koordqos.nri.events import NRISynchronize
+    from koordqos.nri.calls import NRISynchronize
 
     ev = NRISynchronize()
     first = ev.update_for("a")

@@ -21,8 +21,8 @@ from koordqos.kube.local import load_nodeslo_file, pod_from_sandbox
 from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.topology import read_topology
 from koordqos.model.nodeslo import parse_nodeslo
+from koordqos.nri.calls import NRISynchronize
 from koordqos.nri.convert import NRIHooks
-from koordqos.nri.events import NRISynchronize
 from koordqos.nri.runtime_objects import runtime_container, runtime_sandbox
 from koordqos.report.kubelet import KubeletCPUManager
 from koordqos.report.reporters import KubeletSources, TopologyReporter

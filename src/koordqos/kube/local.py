@@ -61,7 +61,7 @@ log = structlog.get_logger("koordqos.kube.local")
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
 MIN_SHARES = 2  # kubelet's cpu.shares for "no cpu request"
-SLICE_SECONDS = 0.001  # the longest pod building runs between two yields (as nri.events.SYNC_SLICE_SECONDS)
+SLICE_SECONDS = 0.001  # the longest pod building runs between two yields (as nri.calls.SYNC_SLICE_SECONDS)
 
 CGROUP_MISMATCH = Counter(
     "koordqos_local_cgroup_mismatch_total",

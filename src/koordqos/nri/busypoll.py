@@ -36,7 +36,7 @@ import structlog
 
 from koordqos.metrics.procfs import parse_proc_stat, read_text
 from koordqos.metrics.types import MetricSnapshot
-from koordqos.nri import metrics as m
+from koordqos.nri import telemetry as m
 from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.nri")

@@ -23,7 +23,7 @@ from typing import cast
 import structlog
 
 from koordqos.errors import KoordQoSError, ProtocolError, TimeoutException, detached
-from koordqos.nri import metrics as m
+from koordqos.nri import telemetry as m
 from koordqos.nri.api import ttrpc_pb2
 from koordqos.nri.busypoll import BusyPoll
 from koordqos.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, MuxDecoder, frames_for

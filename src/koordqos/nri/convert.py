@@ -1,6 +1,6 @@
 """NRI calls ↔ hook contexts (runtime-hooks.md §4): the NRI adapter of the hook core.
 
-The plugin hands every NRI call (a `koordqos.nri.events` record) to `NRIHooks`, inside the hook core's
+The plugin hands every NRI call (a `koordqos.nri.calls` record) to `NRIHooks`, inside the hook core's
 `run_call` (deadline, failure policy); this module only translates:
 
 * RunPodSandbox → PreRunPodSandbox on a PodContext; the core writes the pod-level values (bvt, idle, shares,
@@ -45,7 +45,7 @@ from koordqos.hooks.core import Call, HookCore
 from koordqos.hooks.resources import ExtendedResourceSpec, ExtendedResourceSpecError, Resources
 from koordqos.model.pod import PodInfo
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.nri.events import (
+from koordqos.nri.calls import (
     SYNC_SLICE_SECONDS,
     NRICall,
     NRICreateContainer,

@@ -25,7 +25,7 @@ from koordqos.errors import ConfigError, KoordQoSError, TimeoutException
 from koordqos.events.bus import EventBus
 from koordqos.events.types import Event, NRIConnectionChanged
 from koordqos.hooks.core import call_deadline as hook_deadline
-from koordqos.nri import metrics as m
+from koordqos.nri import telemetry as m
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.busypoll import spare_cpu
 from koordqos.nri.connection import ConnectionClosedError, NRIConnection

@@ -2,7 +2,7 @@
 `RuntimeContainer` from an NRI Container.
 
 Built on every container call, so this module is in the compiled hot path (`tools/compile.py`), apart from
-the call classes of `koordqos.nri.events` (which mypyc does not compile).
+the call classes of `koordqos.nri.calls` (which mypyc does not compile).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 It serves the plugin service on conn 1 from the moment the socket is connected (Configure may arrive before
 the RegisterPlugin reply), answers Configure with an explicit event mask, collects chunked Synchronize
 requests (echoing `more`), and turns every lifecycle call (dedicated RPC or the StateChange fallback) into an
-NRI call record (koordqos.nri.events) that the plugin's handler serves inside the hook core's `run_call`, with
+NRI call record (koordqos.nri.calls) that the plugin's handler serves inside the hook core's `run_call`, with
 a deadline of the runtime's request timeout minus a safety margin. Unknown methods get UNIMPLEMENTED.
 NodeState's runtime view changes with every call: a sandbox is published before its handler runs, a removal
 after it; a container's record (created, started, updated, stopped) is published right after the reply is
@@ -43,10 +43,9 @@ from koordqos.events.types import (
     SourceSynced,
 )
 from koordqos.hooks.core import Call, call_deadline, start_call
-from koordqos.nri import metrics as m
+from koordqos.nri import telemetry as m
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.nri.connection import NRIConnection
-from koordqos.nri.events import (
+from koordqos.nri.calls import (
     SYNC_SLICE_SECONDS,
     NRICall,
     NRICreateContainer,
@@ -60,6 +59,7 @@ from koordqos.nri.events import (
     NRISynchronize,
     NRIUpdateContainer,
 )
+from koordqos.nri.connection import NRIConnection
 from koordqos.nri.limits import RuntimeObjectLimits
 from koordqos.nri.mask import VALID_EVENTS_LEGACY, parse_event_mask, validate_event_mask
 from koordqos.nri.runtime_objects import runtime_container, runtime_sandbox

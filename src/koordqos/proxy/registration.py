@@ -23,7 +23,7 @@ import structlog
 from koordqos import observability as obs
 from koordqos.hooks.context import STAGES, Stage
 from koordqos.hooks.framework import HookRegistry
-from koordqos.proxy import metrics as m
+from koordqos.proxy import telemetry as m
 from koordqos.proxy.service import RPC_STAGES
 
 log = structlog.get_logger("koordqos.proxy")

@@ -26,7 +26,7 @@ from h2.utilities import SizeLimitDict
 
 from koordqos.errors import ConfigError, StartupError
 from koordqos.once import SeenOnce
-from koordqos.proxy import metrics as m
+from koordqos.proxy import telemetry as m
 from koordqos.proxy.registration import RegistrationFile
 from koordqos.proxy.service import RuntimeHookService
 

@@ -29,7 +29,7 @@ from koordqos.events.bus import EventBus
 from koordqos.hooks.context import ContainerContext, HookContext, PodContext, Stage
 from koordqos.hooks.core import STRATEGY, Call, HookCore, call_deadline, run_call
 from koordqos.once import SeenOnce
-from koordqos.proxy import metrics as m
+from koordqos.proxy import telemetry as m
 from koordqos.proxy.api import runtime_api_pb2 as rpb
 from koordqos.proxy.api.runtime_api_grpc import RuntimeHookServiceBase
 from koordqos.proxy.convert import ProxyConverter, ProxyRequestError, container_response, pod_response
