@@ -7,7 +7,7 @@ import os
 import time
 
 from _common import machine, median, parser, percentile, run, table
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.events.types import PodUpserted
 from koordqos.hooks.context import PodContext, PodRequest, Stage
 from koordqos.hooks.core import run_call, run_stage

@@ -39,10 +39,10 @@ from _common import (
     table,
     two_process_parser,
 )
+from koordqos.bus import EventBus
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.config import NRISettings
 from koordqos.decisions import DecisionLog
-from koordqos.events.bus import EventBus
 from koordqos.features import DEFAULT_GATES
 from koordqos.hooks import probe_bvt_system
 from koordqos.hooks.core import HookCore

@@ -40,8 +40,8 @@ from _common import (
     table,
     two_process_parser,
 )
+from koordqos.bus import EventBus
 from koordqos.config import NRISettings
-from koordqos.events.bus import EventBus
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.calls import NRICall, NRICreateContainer
 from koordqos.nri.plugin import NRIPlugin
@@ -279,7 +279,7 @@ async def sync_run(pods: int, per_pod: int, loop_name: str = "asyncio") -> dict[
     from koordqos.config import build_config
     from koordqos.decisions import DecisionLog
     from koordqos.hooks.core import HookCore
-    from koordqos.kube.local import LocalSources
+    from koordqos.localsources import LocalSources
     from koordqos.nri.convert import NRIHooks
     from koordqos.testing.nodefs import SyntheticNode
 

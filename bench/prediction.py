@@ -27,7 +27,7 @@ from tempfile import TemporaryDirectory
 from types import MappingProxyType
 from typing import Any
 
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.metrics.types import MetricSnapshot, NodeSample, PodSample
 from koordqos.model.node import parse_node
 from koordqos.model.pod import PodInfo, parse_pod

@@ -32,11 +32,11 @@ from typing import Any
 
 from _common import LongestStep, machine, median, parser, percentile, table
 from koordqos.agent import container_demand
+from koordqos.bus import EventBus
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import AgentConfig
-from koordqos.events.bus import EventBus
 from koordqos.events.types import PodUpserted
 from koordqos.metrics.collector import ContainerDemand, MetricsCollector
 from koordqos.metrics.store import MetricStore

@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.events.types import PodsReplaced, PodUpserted, SourceSynced
 from koordqos.kube import KubeConnection
 from koordqos.kube.reflector import Reflector, ReflectorSettings

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Not here: nri/calls.py (its call classes use mixins; mypyc compiles single inheritance only: the NodeState
 # records built on every call are made in nri/runtime_objects.py, which is), hooks/framework.py (a generic
 # frozen dataclass fails at import when compiled), events/types.py (dataclass field order: the runtime's
-# records, built on every call, are in events/records.py, which is), state.py and events/bus.py (compiled
+# records, built on every call, are in events/records.py, which is), state.py and bus.py (compiled
 # together, 102 tests failed). state.py alone, with NodeState's `__init__` declared, passes every test and
 # takes 8 % off a new container's NRI calls, but interpreted code then reads a state's fields through the
 # native class's descriptors, 3× slower (6 → 20 ns a read): the whole agent spent more (200 pods with

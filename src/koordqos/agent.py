@@ -27,14 +27,13 @@ import structlog
 from koordqos import __version__, loopwatch
 from koordqos import observability as obs
 from koordqos.build import describe as describe_build
+from koordqos.bus import EventBus
 from koordqos.cgroups import CgroupExecutor, CgroupLayout, CgroupReader, CgroupVersion, describe
 from koordqos.cgroups.roots import check_host_roots, missing_controllers, readiness_reason
 from koordqos.component import Component, FunctionComponent, ShutdownStep
 from koordqos.config import AgentConfig, parse_failure_policy
 from koordqos.decisions import DecisionLog
 from koordqos.errors import ConfigError, KubeError, StartupError
-from koordqos.events.bus import EventBus
-from koordqos.events.synced import AfterSync, SyncGate
 from koordqos.features import inert_gates
 from koordqos.hooks import build_runtime_hooks
 from koordqos.hooks.core import HookCore
@@ -44,12 +43,12 @@ from koordqos.hooks.runtime import RuntimeHooks
 from koordqos.host import HostActuator, PrctlCookieOps
 from koordqos.kube import KubeConnection, cluster_sources
 from koordqos.kube.eventlimit import RateLimitedRecorder
-from koordqos.kube.events import EventRecorder
+from koordqos.kube.eventrecorder import EventRecorder
 from koordqos.kube.evictor import Evictor
 from koordqos.kube.kubeconfig import check_source, find_source
-from koordqos.kube.local import LocalSources
 from koordqos.kube.nodemark import NodeMarker
 from koordqos.kube.sources import NodeSLOSource
+from koordqos.localsources import LocalSources
 from koordqos.metrics.collector import ContainerDemand, MetricsCollector
 from koordqos.metrics.psi import PSICollector
 from koordqos.metrics.store import MetricStore
@@ -70,6 +69,7 @@ from koordqos.strategies import build_qos_manager
 from koordqos.strategies.cpuburst import CPUBurstStrategy
 from koordqos.strategies.cpuburst_plan import reads_container_cpu
 from koordqos.strategies.framework import QoSManager
+from koordqos.syncgate import AfterSync, SyncGate
 
 log = structlog.get_logger("koordqos.agent")
 

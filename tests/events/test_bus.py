@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.events.types import (
     MetricTick,
     PodDeleted,

@@ -1,15 +1,15 @@
-"""SyncGate / AfterSync (events/synced.py): what acts on the node starts once its sources synced once."""
+"""SyncGate / AfterSync (syncgate.py): what acts on the node starts once its sources synced once."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+from koordqos.bus import EventBus
 from koordqos.component import FunctionComponent
-from koordqos.events.bus import EventBus
-from koordqos.events.synced import STATUS_KEY, AfterSync, SyncGate
 from koordqos.events.types import SourceSynced
 from koordqos.state import NodeState
+from koordqos.syncgate import STATUS_KEY, AfterSync, SyncGate
 from koordqos.testing.poll import wait_until
 
 SOURCES = ("pods", "node", "nodeslo")

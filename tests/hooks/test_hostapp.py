@@ -10,9 +10,9 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
+from koordqos.bus import EventBus
 from koordqos.cgroups.executor import CgroupExecutor, Outcome
 from koordqos.cgroups.layout import PATH_REFUSED
-from koordqos.events.bus import EventBus
 from koordqos.events.types import NodeSLOUpdated, NodeUpdated
 from koordqos.hooks.hostapps import host_app_cgroup_path
 from koordqos.hooks.reconcile_plan import RECONCILE_ERRORS

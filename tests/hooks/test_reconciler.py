@@ -306,7 +306,7 @@ async def test_failing_pass_is_logged_once_and_counted_every_time(tmp_path: Path
     from structlog.testing import capture_logs
 
     from koordqos import observability as obs
-    from koordqos.events.bus import EventBus
+    from koordqos.bus import EventBus
     from koordqos.hooks.reconciler import PassResult
 
     node = make_node(tmp_path)
@@ -481,8 +481,8 @@ async def test_one_pods_unexpected_failure_never_aborts_the_pass_for_the_others(
 
 def _drifting_reconciler(node: SyntheticNode, **kwargs: Any) -> tuple[HookReconciler, list[float]]:
     """A reconciler on a bus whose executor runs on a clock the test moves (to let a cached value expire)."""
+    from koordqos.bus import EventBus
     from koordqos.cgroups.executor import CgroupExecutor
-    from koordqos.events.bus import EventBus
 
     base = make_reconciler(node)
     now = [0.0]

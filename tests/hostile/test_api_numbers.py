@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.hooks.rules import RuleError, cpu_normalization_ratio, topology_view
 from koordqos.kube.client import ClientConfig, KubeClient
-from koordqos.kube.report import NodeMetricWriter, TokenBucket
+from koordqos.kube.reportwriters import NodeMetricWriter, TokenBucket
 from koordqos.model.lint import model_of
 from koordqos.model.node import MAX_CPU_NORMALIZATION_RATIO, parse_node
 from koordqos.model.nodeslo import NodeSLO

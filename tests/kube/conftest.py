@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.events.types import Event
 from koordqos.kube import KubeConnection
 from koordqos.kube.client import KubeClient

@@ -6,7 +6,7 @@ from __future__ import annotations
 from koordqos import observability as obs
 from koordqos.kube import KubeConnection
 from koordqos.kube.eventlimit import RateLimitedRecorder
-from koordqos.kube.events import pod_reference
+from koordqos.kube.eventrecorder import pod_reference
 from koordqos.testing.fake_apiserver import FakeAPIServer
 
 from .conftest import NODE

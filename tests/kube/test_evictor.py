@@ -9,7 +9,7 @@ import pytest
 from koordqos import observability as obs
 from koordqos.decisions import DecisionLog
 from koordqos.kube import KubeConnection
-from koordqos.kube.events import EventRecorder
+from koordqos.kube.eventrecorder import EventRecorder
 from koordqos.kube.evictor import EvictedCache, EvictionBackoff, Evictor, TokenBucket
 from koordqos.model.pod import PodInfo, parse_pod
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_pod

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from koordqos.kube.client import ApiError, KubeClient
-from koordqos.kube.report import NodeBatchPatcher, NodeMetricWriter, NRTWriter
+from koordqos.kube.reportwriters import NodeBatchPatcher, NodeMetricWriter, NRTWriter
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric
 
 NODE = "node-a"

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from koordqos import observability as obs
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.events.types import NodeSLOUpdated, NodeUpdated, PodsReplaced
 from koordqos.kube import KubeConnection
-from koordqos.kube.events import EventRecorder
+from koordqos.kube.eventrecorder import EventRecorder
 from koordqos.kube.reflector import Reflector, ReflectorSettings
 from koordqos.kube.sources import NODES_PATH, NODESLOS_PATH, PODS_PATH, NodeSLOSource, NodeSource, PodSource
 from koordqos.model.nodeslo import default_nodeslo

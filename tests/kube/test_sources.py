@@ -7,7 +7,7 @@ import asyncio
 from structlog.testing import capture_logs
 
 from koordqos import observability as obs
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.events.types import NodeSLOUpdated
 from koordqos.kube.sources import NodeSLOSource
 

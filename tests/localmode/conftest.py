@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 
 
 @pytest.fixture

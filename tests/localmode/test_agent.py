@@ -16,7 +16,7 @@ from koordqos.agent import Agent
 from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import build_config
-from koordqos.kube.local import CGROUP_MISMATCH
+from koordqos.localsources import CGROUP_MISMATCH
 from koordqos.metrics.collector import MetricsCollector
 from koordqos.metrics.types import MetricKind
 from koordqos.model.qos import KubeQoS, QoSClass

@@ -6,10 +6,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from koordqos.bus import EventBus
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import build_config
-from koordqos.events.bus import EventBus
 from koordqos.events.types import (
     Event,
     NRIConnectionChanged,
@@ -24,7 +24,7 @@ from koordqos.events.types import (
     RuntimeSandboxUpserted,
     RuntimeSynchronized,
 )
-from koordqos.kube.local import (
+from koordqos.localsources import (
     CGROUP_MISMATCH,
     LocalSources,
     container_resources,

@@ -9,12 +9,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from koordqos.agent import Agent, build_services
+from koordqos.bus import EventBus
 from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import build_config
 from koordqos.decisions import DecisionLog
-from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick, PodDeleted, PodUpserted
 from koordqos.metrics.collector import MISSING, ContainerDemand, MetricsCollector
 from koordqos.metrics.store import MetricStore

@@ -6,9 +6,9 @@ the agent's (CPU burst's needs) is tested in tests/strategies/test_cpuburst_dema
 
 from __future__ import annotations
 
+from koordqos.bus import EventBus
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
-from koordqos.events.bus import EventBus
 from koordqos.events.types import NodeSLOUpdated, PodUpserted
 from koordqos.metrics.collector import MetricsCollector
 from koordqos.metrics.store import MetricStore

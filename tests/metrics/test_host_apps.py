@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from koordqos.bus import EventBus
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.reader import CgroupReader
@@ -16,7 +17,6 @@ from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import build_config
 from koordqos.decisions import DecisionLog
 from koordqos.errors import CgroupError, PathEscapeError
-from koordqos.events.bus import EventBus
 from koordqos.events.types import NodeSLOUpdated, NodeUpdated, PodUpserted
 from koordqos.metrics.collector import HOST_APP_REFUSED, MISSING, MetricsCollector
 from koordqos.metrics.hostapp import host_app_dir

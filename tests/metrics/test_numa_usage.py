@@ -8,9 +8,9 @@ from types import MappingProxyType
 
 import pytest
 
+from koordqos.bus import EventBus
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
-from koordqos.events.bus import EventBus
 from koordqos.events.types import PodUpserted
 from koordqos.metrics.collector import MetricsCollector, numa_anon_of
 from koordqos.metrics.procfs import numa_memory_used, parse_cpu_busy, parse_node_meminfo

@@ -15,10 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from koordqos import observability as obs
+from koordqos.bus import EventBus
 from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
-from koordqos.events.bus import EventBus
 from koordqos.events.types import PodDeleted, PodUpserted
 from koordqos.metrics.psi import POD_PSI, PressureLine, PSICollector, StallRates, parse_pressure
 from koordqos.model.pod import ContainerInfo, PodInfo

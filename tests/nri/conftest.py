@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from koordqos.bus import EventBus
 from koordqos.config import NRISettings
-from koordqos.events.bus import EventBus
 from koordqos.hooks.core import Call
 from koordqos.nri.calls import NRICall
 from koordqos.nri.plugin import NRIPlugin

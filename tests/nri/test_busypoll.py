@@ -13,8 +13,8 @@ import pytest
 import uvloop
 from structlog.testing import capture_logs
 
+from koordqos.bus import EventBus
 from koordqos.config import AgentConfig
-from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.metrics.types import MetricSnapshot, NodeSample
 from koordqos.nri import build_plugin

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.nri.calls import NRICreateContainer, NRIRunPodSandbox
 from koordqos.nri.plugin import NRIPlugin
 from koordqos.testing.mock_nri.runtime import MockRuntime

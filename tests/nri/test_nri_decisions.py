@@ -11,8 +11,8 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
+from koordqos.bus import EventBus
 from koordqos.decisions import DecisionLog
-from koordqos.events.bus import EventBus
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.calls import NRICreateContainer, NRISynchronize, NRIUpdateContainer
 from koordqos.nri.plugin import NRIPlugin

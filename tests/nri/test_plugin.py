@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.events.types import RuntimeContainerUpserted
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.calls import (

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from koordqos import observability as obs
+from koordqos.bus import EventBus
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.config import NRISettings
 from koordqos.decisions import DecisionLog
-from koordqos.events.bus import EventBus
 from koordqos.hooks.core import HookCore
 from koordqos.hooks.runtime import RuntimeHooks
 from koordqos.nri.api import nri_api_pb2 as api

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from koordqos.agent import Agent
+from koordqos.bus import EventBus
 from koordqos.config import NRISettings, build_config
 from koordqos.errors import ConfigError
-from koordqos.events.bus import EventBus
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.calls import NRICreateContainer, NRISynchronize
 from koordqos.nri.connection import NRIConnection

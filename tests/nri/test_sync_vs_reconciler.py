@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from koordqos.bus import EventBus
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.decisions import DecisionLog
-from koordqos.events.bus import EventBus
 from koordqos.events.types import NodeSLOUpdated, PodsReplaced, RuntimeSynchronized, SourceSynced
 from koordqos.hooks import probe_bvt_system
 from koordqos.hooks.core import HookCore, run_call
@@ -17,7 +17,7 @@ from koordqos.hooks.reconcile_plan import LOCAL_POD_SOURCES
 from koordqos.hooks.reconciler import HookReconciler
 from koordqos.hooks.runtime import HookOptions, RuntimeHooks
 from koordqos.host import HostActuator
-from koordqos.kube.local import load_nodeslo_file, pod_from_sandbox
+from koordqos.localsources import load_nodeslo_file, pod_from_sandbox
 from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.topology import read_topology
 from koordqos.model.nodeslo import parse_nodeslo

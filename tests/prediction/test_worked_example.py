@@ -11,7 +11,7 @@ from types import MappingProxyType
 
 import pytest
 
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.model.node import NodeInfo, parse_node
 from koordqos.model.pod import PodInfo, parse_pod
 from koordqos.prediction.checkpoint import CheckpointDir

@@ -17,11 +17,11 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from koordqos.bus import EventBus
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import FailurePolicy
 from koordqos.errors import ConfigError
-from koordqos.events.bus import EventBus
 from koordqos.hooks.context import HookContext, Stage
 from koordqos.hooks.core import Call
 from koordqos.hooks.framework import HookRegistry

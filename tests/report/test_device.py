@@ -254,7 +254,7 @@ def test_merge_keeps_transition_times_and_says_unchanged(tmp_path: Path) -> None
 
 
 async def test_the_reporter_creates_updates_and_empties_the_device(tmp_path: Path) -> None:
-    from koordqos.events.bus import EventBus
+    from koordqos.bus import EventBus
     from koordqos.events.types import NodeUpdated
     from koordqos.kube.client import ClientConfig, KubeClient
     from koordqos.kube.device import DeviceWriter

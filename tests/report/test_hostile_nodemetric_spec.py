@@ -22,7 +22,7 @@ import pytest
 from koordqos import observability as obs
 from koordqos.agent import Agent
 from koordqos.config import build_config
-from koordqos.kube.report import TokenBucket
+from koordqos.kube.reportwriters import TokenBucket
 from koordqos.report.reporters import NodeMetricReporter
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric
 from koordqos.testing.nodefs import GiB, SyntheticNode

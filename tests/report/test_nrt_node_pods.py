@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.events.records import RuntimeSandbox
 from koordqos.events.types import PodsReplaced, RuntimeSandboxUpserted
-from koordqos.kube.local import pod_from_sandbox
+from koordqos.localsources import pod_from_sandbox
 from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.topology import read_topology
 from koordqos.report.kubelet import KubeletCPUManager

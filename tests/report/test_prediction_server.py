@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 from structlog.testing import capture_logs
 
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.events.types import SourceSynced
 from koordqos.model.node import parse_node
 from koordqos.model.pod import PodInfo, parse_pod

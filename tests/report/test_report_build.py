@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from koordqos.bus import EventBus
 from koordqos.config import AgentConfig, build_config
-from koordqos.events.bus import EventBus
 from koordqos.kube.client import ClientConfig, KubeClient
 from koordqos.metrics.topology import read_topology
 from koordqos.report.build import build_reporters, explicit_kubelet

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from koordqos.kube.report import same_report
+from koordqos.kube.reportwriters import same_report
 from koordqos.model.quantity import to_int, to_milli
 from koordqos.report.history import ReportHistory
 from koordqos.report.nodemetric import AppMeta, PodMeta, StatusSkipped, build_status

@@ -12,11 +12,11 @@ from types import MappingProxyType
 
 import pytest
 
+from koordqos.bus import EventBus
 from koordqos.errors import ConfigError
-from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.kube.client import ClientConfig, KubeClient
-from koordqos.kube.report import NodeBatchPatcher, NodeMetricWriter, NRTWriter
+from koordqos.kube.reportwriters import NodeBatchPatcher, NodeMetricWriter, NRTWriter
 from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.topology import read_topology
 from koordqos.model.node import parse_node

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from types import MappingProxyType
 
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.model.pod import parse_pod
 from koordqos.report import history as history_mod

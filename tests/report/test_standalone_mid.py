@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from koordqos.kube.client import ClientConfig, KubeClient
-from koordqos.kube.report import NodeBatchPatcher
+from koordqos.kube.reportwriters import NodeBatchPatcher
 from koordqos.report.reporters import BatchCapacityReporter
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node
 

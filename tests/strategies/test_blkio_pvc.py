@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from koordqos.bus import EventBus
 from koordqos.config import AgentConfig
-from koordqos.events.bus import EventBus
 from koordqos.kube import KubeConnection, cluster_sources
-from koordqos.kube.events import EventRecorder
+from koordqos.kube.eventrecorder import EventRecorder
 from koordqos.kube.pvc import VolumeClaimSource, claim_binding
 from koordqos.kube.watch import WatchEvent
 from koordqos.model.nodeslo import parse_nodeslo

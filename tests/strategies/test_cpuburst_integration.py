@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from koordqos.agent import Services, build_services, container_demand
+from koordqos.bus import EventBus
 from koordqos.cgroups.executor import CgroupExecutor
 from koordqos.config import AgentConfig
 from koordqos.decisions import DecisionLog
-from koordqos.events.bus import EventBus
 from koordqos.events.types import NodeSLOUpdated, PodsReplaced
 from koordqos.metrics.collector import MetricsCollector
 from koordqos.metrics.store import MetricStore

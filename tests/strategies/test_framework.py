@@ -8,9 +8,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from koordqos.bus import EventBus
 from koordqos.config import AgentConfig, add_flags, build_config, load_config
 from koordqos.decisions import DecisionLog
-from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.features import DEFAULT_GATES
 from koordqos.state import NodeState

@@ -1,7 +1,3 @@
-"""Events (`events/types.py`) and the bus that carries them to strategies, hooks and the reconciler
-(`events/bus.py`).
-
-Import from the modules, not from this package: `state.py` imports `events/types.py`, and `events/bus.py`
-imports `state.py`, so this `__init__` must import neither (importing `koordqos.state` first would otherwise
-run into a half-initialised `koordqos.state`).
-"""
+"""What happened: the event types the bus carries (`events/types.py`) and the runtime records NodeState
+holds (`events/records.py`). Pure data: the bus is `koordqos.bus`, the reducer `koordqos.state`; this
+package imports neither (it sits below both)."""

@@ -27,11 +27,11 @@ import structlog
 from prometheus_client import Counter, Histogram
 
 from koordqos import observability as obs
+from koordqos.bus import EventBus, always
 from koordqos.cgroups.executor import CgroupExecutor, WriteResult
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.reader import read_procs
 from koordqos.decisions import DecisionLog
-from koordqos.events.bus import EventBus, always
 from koordqos.events.types import (
     Event,
     NodeSLOUpdated,

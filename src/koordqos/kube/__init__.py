@@ -1,7 +1,8 @@
-"""Kubernetes integration: reflector, evictor, events, and the local (no-cluster) sources.
+"""Kubernetes integration: reflector, evictor, event recorder, report writers (local mode lives outside, in
+`koordqos.localsources`).
 
 Builders for the composer (`agent.py`): `KubeConnection` (one lazily loaded client), `cluster_sources` (the
-`kube-pods`, `kube-node` and `kube-nodeslo` reflectors); local mode uses `koordqos.kube.local.LocalSources`.
+`kube-pods`, `kube-node` and `kube-nodeslo` reflectors); local mode uses `koordqos.localsources.LocalSources`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from koordqos.kube.client import KubeClient, load_client_config
 from koordqos.kube.kubeconfig import KubeSource
 
 if TYPE_CHECKING:
+    from koordqos.bus import EventBus
     from koordqos.config import AgentConfig
-    from koordqos.events.bus import EventBus
-    from koordqos.kube.events import EventRecorder
+    from koordqos.kube.eventrecorder import EventRecorder
     from koordqos.kube.reflector import Reflector
     from koordqos.kube.sources import NodeSLOSource
 

@@ -1,6 +1,6 @@
 """The node's `Device` object writer: GET, merge, POST when absent or PUT when changed (409/429: again).
 
-The same read-modify-write as the NodeResourceTopology writer (`kube/report.py`), on
+The same read-modify-write as the NodeResourceTopology writer (`kube/reportwriters.py`), on
 `/apis/scheduling.koordinator.sh/v1alpha1/devices/<node>`; counted in `koordqos_report_*{kind="Device"}`.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from koordqos.kube.report import ClientSource, NRTWriter, Sleep
+from koordqos.kube.reportwriters import ClientSource, NRTWriter, Sleep
 
 DEVICES_PATH = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
 

@@ -15,7 +15,7 @@ from prometheus_client import Counter
 
 from koordqos import observability as obs
 from koordqos.kube.client import KubeClient
-from koordqos.kube.events import EventRecorder
+from koordqos.kube.eventrecorder import EventRecorder
 
 EVENTS_HELD = Counter(
     "koordqos_kube_events_rate_limited_total",

@@ -30,7 +30,7 @@ from koordqos import observability as obs
 from koordqos.decisions import DecisionLog
 from koordqos.errors import KoordQoSError
 from koordqos.kube.client import ApiError, KubeClient
-from koordqos.kube.events import EventRecorder, pod_reference
+from koordqos.kube.eventrecorder import EventRecorder, pod_reference
 from koordqos.model.pod import PodInfo
 
 log = structlog.get_logger("koordqos.kube.evictor")

@@ -16,7 +16,7 @@ from koordqos.events.types import SourceSynced, VolumeClaimsReplaced
 from koordqos.kube.watch import WatchEvent
 
 if TYPE_CHECKING:
-    from koordqos.events.bus import EventBus
+    from koordqos.bus import EventBus
 
 PVCS_PATH = "/api/v1/persistentvolumeclaims"
 

@@ -29,7 +29,7 @@ from koordqos.events.types import (
     PodUpserted,
     SourceSynced,
 )
-from koordqos.kube.events import EventRecorder, nodeslo_reference
+from koordqos.kube.eventrecorder import EventRecorder, nodeslo_reference
 from koordqos.kube.watch import WatchEvent
 from koordqos.model.node import NodeInfo, parse_node
 from koordqos.model.nodeslo import NodeSLO, default_nodeslo
@@ -40,7 +40,7 @@ from koordqos.model.wirevalue import FieldProblem
 from koordqos.once import SeenOnce
 
 if TYPE_CHECKING:
-    from koordqos.events.bus import EventBus
+    from koordqos.bus import EventBus
 
 log = structlog.get_logger("koordqos.kube.sources")
 T = TypeVar("T")

@@ -28,6 +28,7 @@ import structlog
 from prometheus_client import Counter, Histogram
 
 from koordqos import observability as obs
+from koordqos.bus import EventBus
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.reader import (
     CgroupReader,
@@ -39,7 +40,6 @@ from koordqos.cgroups.reader import (
 )
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.errors import CgroupError, PathEscapeError, detached
-from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.metrics.hostapp import host_app_dir
 from koordqos.metrics.procfs import (

@@ -34,11 +34,11 @@ import structlog
 from prometheus_client import Gauge
 
 from koordqos import observability as obs
+from koordqos.bus import EventBus
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.errors import CgroupError
-from koordqos.events.bus import EventBus
 from koordqos.model.pod import PodInfo
 from koordqos.once import SeenOnce
 

@@ -11,9 +11,9 @@ from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from koordqos.bus import EventBus
     from koordqos.config import AgentConfig
     from koordqos.decisions import DecisionLog
-    from koordqos.events.bus import EventBus
     from koordqos.nri.plugin import NRIPlugin
     from koordqos.nri.session import NRIHandler
 

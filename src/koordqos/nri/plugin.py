@@ -19,10 +19,10 @@ from typing import Any
 import structlog
 
 from koordqos import observability as obs
+from koordqos.bus import EventBus
 from koordqos.config import FailurePolicy, NRISettings
 from koordqos.decisions import DecisionLog
 from koordqos.errors import ConfigError, KoordQoSError, TimeoutException
-from koordqos.events.bus import EventBus
 from koordqos.events.types import Event, NRIConnectionChanged
 from koordqos.hooks.core import call_deadline as hook_deadline
 from koordqos.nri import telemetry as m

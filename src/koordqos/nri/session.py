@@ -27,9 +27,9 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 
 from koordqos import observability as obs
+from koordqos.bus import EventBus
 from koordqos.config import FailurePolicy
 from koordqos.errors import ConfigError, HookError, ProtocolError, TimeoutException
-from koordqos.events.bus import EventBus
 from koordqos.events.types import (
     Event,
     NRIConnectionChanged,

@@ -11,10 +11,10 @@ from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from koordqos.bus import EventBus
     from koordqos.cgroups.layout import CgroupLayout
     from koordqos.config import HookSettings
     from koordqos.decisions import DecisionLog
-    from koordqos.events.bus import EventBus
     from koordqos.hooks.core import HookCore
     from koordqos.proxy.server import ProxyServer
 

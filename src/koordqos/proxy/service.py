@@ -23,9 +23,9 @@ from google.protobuf.message import DecodeError
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from koordqos.bus import EventBus
 from koordqos.config import FailurePolicy
 from koordqos.errors import HookError, TimeoutException
-from koordqos.events.bus import EventBus
 from koordqos.hooks.context import ContainerContext, HookContext, PodContext, Stage
 from koordqos.hooks.core import STRATEGY, Call, HookCore, call_deadline, run_call
 from koordqos.once import SeenOnce

@@ -6,12 +6,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from koordqos.bus import EventBus
 from koordqos.config import AgentConfig
 from koordqos.errors import KubeError
-from koordqos.events.bus import EventBus
 from koordqos.kube.client import KubeClient
 from koordqos.kube.device import DeviceWriter
-from koordqos.kube.report import NodeBatchPatcher, NodeMetricWriter, NRTWriter
+from koordqos.kube.reportwriters import NodeBatchPatcher, NodeMetricWriter, NRTWriter
 from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.topology import CpuTopology
 from koordqos.prediction.checkpoint import CheckpointDir

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from koordqos import observability as obs
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.kube.device import DeviceWriter
 from koordqos.metrics.devices import DeviceScan, NvmlLoader, load_pynvml, scan_devices
 from koordqos.once import SeenOnce

@@ -9,11 +9,11 @@ import asyncio
 from types import MappingProxyType
 from typing import Any
 
+from koordqos.bus import EventBus
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.config import AgentConfig
 from koordqos.errors import ModelError
-from koordqos.events.bus import EventBus
 from koordqos.kube.client import ApiError, KubeClient
 from koordqos.metrics.collector import MetricsCollector
 from koordqos.metrics.hardware import read_hardware

@@ -24,7 +24,7 @@ import structlog
 from prometheus_client import Counter, Gauge
 
 from koordqos import observability as obs
-from koordqos.events.bus import EventBus
+from koordqos.bus import EventBus
 from koordqos.events.types import Event, SourceSynced
 from koordqos.model.pod import PodInfo
 from koordqos.once import SeenOnce

@@ -25,8 +25,8 @@ import structlog
 from prometheus_client import Counter
 
 from koordqos import observability as obs
+from koordqos.bus import EventBus, always
 from koordqos.errors import ConfigError, KubeError, ModelError
-from koordqos.events.bus import EventBus, always
 from koordqos.events.types import (
     Event,
     MetricTick,
@@ -39,14 +39,14 @@ from koordqos.events.types import (
     RuntimeSandboxUpserted,
     RuntimeSynchronized,
 )
-from koordqos.kube.local import pod_from_sandbox
-from koordqos.kube.report import (
+from koordqos.kube.reportwriters import (
     REPORTS,
     NodeBatchPatcher,
     NodeMetricWriter,
     NRTWriter,
     WriteOutcome,
 )
+from koordqos.localsources import pod_from_sandbox
 from koordqos.metrics.hardware import NodeHardware
 from koordqos.metrics.procfs import read_text
 from koordqos.metrics.topology import CpuTopology

@@ -11,12 +11,12 @@ from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from koordqos.bus import EventBus
     from koordqos.cgroups.executor import CgroupExecutor
     from koordqos.cgroups.layout import CgroupLayout
     from koordqos.cgroups.reader import CgroupReader
     from koordqos.config import AgentConfig
     from koordqos.decisions import DecisionLog
-    from koordqos.events.bus import EventBus
     from koordqos.host import HostActuator
     from koordqos.metrics.store import MetricStore
     from koordqos.metrics.topology import CpuTopology

@@ -18,13 +18,13 @@ import structlog
 from prometheus_client import Counter, Histogram
 
 from koordqos import observability as obs
+from koordqos.bus import EventBus
 from koordqos.cgroups.executor import CgroupExecutor, CgroupWrite, WriteResult
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.config import AgentConfig
 from koordqos.decisions import DecisionLog
 from koordqos.errors import CgroupError
-from koordqos.events.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.host import HostActuator
 from koordqos.metrics.psi import PSISnapshot

@@ -17,7 +17,7 @@ from koordqos.config import build_config
 from koordqos.errors import ConfigError
 from koordqos.events.types import RuntimeSandbox, RuntimeSandboxRemoved, RuntimeSandboxUpserted
 from koordqos.kube.evictor import Evictor
-from koordqos.kube.local import LocalSources, kube_qos_from_cgroup_parent, read_node_from_procfs
+from koordqos.localsources import LocalSources, kube_qos_from_cgroup_parent, read_node_from_procfs
 from koordqos.model.pod import PodInfo
 from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_pod

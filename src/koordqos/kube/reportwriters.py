@@ -26,7 +26,7 @@ from koordqos import observability as obs
 from koordqos.errors import KubeError
 from koordqos.kube.client import ApiError, KubeClient
 
-log = structlog.get_logger("koordqos.kube.report")
+log = structlog.get_logger("koordqos.kube.reportwriters")
 
 REPORTS = Counter(
     "koordqos_report_writes_total",

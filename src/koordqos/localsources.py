@@ -53,11 +53,11 @@ from koordqos.model.qos import KubeQoS
 from koordqos.once import SeenOnce
 
 if TYPE_CHECKING:
+    from koordqos.bus import EventBus
     from koordqos.config import AgentConfig
-    from koordqos.events.bus import EventBus
     from koordqos.state import NodeState
 
-log = structlog.get_logger("koordqos.kube.local")
+log = structlog.get_logger("koordqos.localsources")
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
 MIN_SHARES = 2  # kubelet's cpu.shares for "no cpu request"

@@ -14,7 +14,7 @@ from koordqos import observability as obs
 from koordqos.errors import KoordQoSError
 from koordqos.kube.client import KubeClient
 
-log = structlog.get_logger("koordqos.kube.events")
+log = structlog.get_logger("koordqos.kube.eventrecorder")
 
 EVENTS_SENT = Counter(
     "koordqos_kube_events_recorded_total",

@@ -17,8 +17,8 @@ from typing import Any
 
 import structlog
 
+from koordqos.bus import EventBus, always
 from koordqos.component import Component
-from koordqos.events.bus import EventBus, always
 from koordqos.events.types import SourceSynced
 from koordqos.state import NodeState
 
