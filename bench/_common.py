@@ -17,6 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+# the test tooling the benchmarks share with the tests (tests/support: not in the product wheel)
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
 from koordqos.config import NRISettings
 
 T = TypeVar("T")

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -33,11 +32,12 @@ import aiohttp
 
 from _common import machine, median, parser, proc_cpu_seconds, table
 from koordqos.model.pod import parse_pod
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_nodeslo, make_pod
 from koordqos.testing.mock_nri.protocol import PluginDroppedError
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
+from tests.support.agentproc import free_port
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_nodeslo, make_pod
 
 NODE = "bench-node"
 PODS = 200
@@ -47,12 +47,6 @@ CREATES_PER_TICK = 18  # 36 CreateContainer calls per second in the churn window
 CHURN_LIFETIME_TICKS = 5  # a churn container is removed 2.5 s after its creation
 WARMUP_S = 5.0  # after the first reconcile pass: the first ticks
 LIST_STEPS_MS = 2.0  # the steps at least this long are listed by name
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def proc_memory(pid: int) -> tuple[int, int]:

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/fuzz.py --nri 1000000 --proxy 100000 [--concurrency 8] [--seed 1] [--json]
 
-The agent runs in local mode on the colocation scenario's synthetic node (koordqos.testing.fuzz). Every NRI
+The agent runs in local mode on the colocation scenario's synthetic node (tests.support.fuzz). Every NRI
 request is a valid plugin-service request of that scenario with 1-4 byte mutations of its protobuf payload,
 in an intact ttrpc/mux frame (so the agent must answer each one); every `--stream-break-every`-th request
 instead breaks the byte stream itself (a frame header announcing more than the mux limit), after which the
@@ -26,7 +26,7 @@ from typing import Any
 
 from _common import machine
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.testing.fuzz import FuzzTarget, Mutator, nri_seeds, proxy_call, proxy_seeds
+from tests.support.fuzz import FuzzTarget, Mutator, nri_seeds, proxy_call, proxy_seeds
 
 #: A mux frame header for conn 1 announcing 4 GiB: past the frame limit, the byte stream cannot be resynced.
 BROKEN_STREAM = (1).to_bytes(4, "big") + (0xFFFFFFFF).to_bytes(4, "big")
@@ -236,9 +236,9 @@ def main() -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="run the agent under koordqos.testing.heaptrace: tracemalloc from the warm-up (10 %% of the NRI"
+        help="run the agent under tests.support.heaptrace: tracemalloc from the warm-up (10 %% of the NRI"
         " phase) on, snapshots then, at every further 10 %%, after the NRI phase and at the end in DIR"
-        " (compare: python -m koordqos.testing.heaptrace --diff A B). Slow.",
+        " (compare: python -m tests.support.heaptrace --diff A B). Slow.",
     )
     p.add_argument(
         "--heap-start",
@@ -253,7 +253,7 @@ def main() -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="run the agent under koordqos.testing.heaptrace (no tracing) and take a footprint report (RSS,"
+        help="run the agent under tests.support.heaptrace (no tracing) and take a footprint report (RSS,"
         " pymalloc arenas, the largest containers by bytes held) at every 10 %% of the NRI phase and at the"
         " end into DIR; a summary is in the result. Each report pauses the agent for a moment.",
     )

@@ -56,10 +56,10 @@ from koordqos.nri.plugin import NRIPlugin
 from koordqos.nri.session import PLUGIN_SERVICE, PluginSession
 from koordqos.nri.telemetry import BUSY_POLL_WINDOWS
 from koordqos.nri.ttrpc import MessageType, encode_message, encode_request
-from koordqos.testing.gopeer import GoUnavailable, build
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_node, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
+from tests.support.gopeer import GoUnavailable, build
 
 REPO = Path(__file__).resolve().parents[1]
 

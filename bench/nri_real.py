@@ -31,8 +31,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from _common import add_busy_poll, machine, median, percentile, proc_cpu_seconds, table
-from koordqos.testing.gopeer import GoUnavailable, build, run_peer
 from koordqos.testing.nodefs import SyntheticNode, overwrite
+from tests.support.gopeer import GoUnavailable, build, run_peer
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_UID = "0b3e2c1a-bench-4e2a-9c1d-000000000001"  # tests/go/nripeer/bench.go

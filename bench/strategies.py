@@ -51,9 +51,9 @@ from koordqos.strategies.memoryevict import MemoryEvictStrategy
 from koordqos.strategies.memoryqos import CgroupReconcileStrategy
 from koordqos.strategies.resctrl import ResctrlReconcileStrategy
 from koordqos.strategies.sysconfig import SystemConfigStrategy
-from koordqos.testing.fake_apiserver import make_pod
 from koordqos.testing.nodefs import GiB, SyntheticNode
 from koordqos.testing.strategyenv import strategy_env
+from tests.support.fake_apiserver import make_pod
 
 CPUS = 32
 

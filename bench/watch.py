@@ -43,7 +43,7 @@ PAD = "x" * 1500  # a last-applied-configuration sized annotation: real pods are
 
 def bench_pod(i: int, generation: int = 0) -> dict[str, Any]:
     """A pod of realistic size."""
-    from koordqos.testing.fake_apiserver import make_pod
+    from tests.support.fake_apiserver import make_pod
 
     pod = make_pod(
         f"pod-{i:04d}",
@@ -71,7 +71,7 @@ def _server_main(conn: Connection) -> None:
 
 
 async def _serve(conn: Connection) -> None:
-    from koordqos.testing.fake_apiserver import FakeAPIServer
+    from tests.support.fake_apiserver import FakeAPIServer
 
     fake = FakeAPIServer(token=None)
     await fake.start()

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from koordqos.testing.agentproc import agent_argv, agent_env, free_port
 from koordqos.testing.nodefs import SyntheticNode
+from tests.support.agentproc import agent_argv, agent_env, free_port
 
 from .controlplane import ControlPlane
 from .kubeobjects import eventually

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from koordqos.testing.agentproc import free_port
+from tests.support.agentproc import free_port
 
 HERE = Path(__file__).resolve().parent
 GO_DIR = HERE / "go"

@@ -24,8 +24,8 @@ from koordqos.model.pod import parse_pod
 from koordqos.model.quantity import to_int
 from koordqos.report.batch import BATCH_CPU, BATCH_MEMORY, BatchStrategy, ManagedPod, NodeCapacity, calculate
 from koordqos.report.format import parse_rfc3339
-from koordqos.testing.agentproc import free_port
 from koordqos.testing.nodefs import GiB, SyntheticNode
+from tests.support.agentproc import free_port
 
 from .agentproc import running_agent
 from .controlplane import KOORDINATOR_VERSION, ApiError, ControlPlane

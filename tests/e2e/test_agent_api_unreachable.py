@@ -18,10 +18,10 @@ import aiohttp
 import pytest
 
 from koordqos.model.pod import parse_pod
-from koordqos.testing.agentproc import agent_env, cluster_agent_argv, free_port
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
+from tests.support.agentproc import agent_env, cluster_agent_argv, free_port
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 
 pytestmark = pytest.mark.e2e
 NODE = "e2e-node"

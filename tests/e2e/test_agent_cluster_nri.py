@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from koordqos.model.pod import parse_pod
-from koordqos.testing.agentproc import agent_env, cluster_agent_argv, free_port, wait_ready
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_pod
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
+from tests.support.agentproc import agent_env, cluster_agent_argv, free_port, wait_ready
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_pod
 
 pytestmark = pytest.mark.e2e
 NODE = "e2e-node"

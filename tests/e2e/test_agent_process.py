@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from koordqos.testing.agentproc import agent_argv, agent_env, free_port, wait_for_http
+from tests.support.agentproc import agent_argv, agent_env, free_port, wait_for_http
 
 pytestmark = pytest.mark.e2e
 

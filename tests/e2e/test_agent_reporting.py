@@ -17,10 +17,10 @@ import pytest
 
 from koordqos.model.pod import parse_pod
 from koordqos.model.quantity import to_int, to_milli
-from koordqos.testing.agentproc import agent_env, cluster_agent_argv, free_port, wait_ready
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_pod
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
+from tests.support.agentproc import agent_env, cluster_agent_argv, free_port, wait_ready
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_pod
 
 pytestmark = pytest.mark.e2e
 NODE = "report-node"

@@ -14,9 +14,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from koordqos.testing.agentproc import agent_argv, agent_env, free_port, wait_for_http
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
+from tests.support.agentproc import agent_argv, agent_env, free_port, wait_for_http
 
 pytestmark = pytest.mark.e2e
 

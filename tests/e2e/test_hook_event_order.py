@@ -23,10 +23,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from koordqos.testing.agentproc import agent_env, free_port
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.scenarios import Scenario, colocation
 from koordqos.testing.poll import wait_until
+from tests.support.agentproc import agent_env, free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from koordqos.testing.gopeer import GoUnavailable, build, go_unavailable, run_peer
 from koordqos.testing.nodefs import SyntheticNode
+from tests.support.gopeer import GoUnavailable, build, go_unavailable, run_peer
 
 pytestmark = pytest.mark.e2e_runtime
 HERE = Path(__file__).resolve().parent

@@ -1,4 +1,4 @@
-"""Hostile proxy and NRI payloads against the agent as a subprocess (koordqos.testing.fuzz): each request gets
+"""Hostile proxy and NRI payloads against the agent as a subprocess (tests.support.fuzz): each request gets
 an answer (a reply or an error status), the agent stays up, RSS and fds stay bounded, and a valid session
 works afterwards. The long run of the same harness is bench/fuzz.py."""
 
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from koordqos.proxy.api import runtime_api_pb2 as rpb
-from koordqos.testing.fuzz import FuzzTarget, Mutator, proxy_call, proxy_seeds
+from tests.support.fuzz import FuzzTarget, Mutator, proxy_call, proxy_seeds
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 

@@ -38,9 +38,9 @@ from koordqos.report.nrt import desired, modifier
 from koordqos.report.policy import MEMORY_POLICIES, CollectPolicy, parse_collect_policy
 from koordqos.report.reporters import NodeMetricReporter
 from koordqos.state import NodeState
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_nodemetric
 from tests.report.conftest import FakeClock, GiB, feed, snapshot
 from tests.report.test_report_nrt import EXAMPLE_PODS, inputs
+from tests.support.fake_apiserver import FakeAPIServer, make_nodemetric
 
 # -- hostile JSON --------------------------------------------------------------------------------------------
 

@@ -15,8 +15,8 @@ from koordqos.kube import KubeConnection
 from koordqos.kube.client import KubeClient
 from koordqos.kube.reflector import ReflectorSettings
 from koordqos.model.problems import forget_problems
-from koordqos.testing.fake_apiserver import FakeAPIServer
 from koordqos.testing.poll import wait_until
+from tests.support.fake_apiserver import FakeAPIServer
 
 NODE = "node-a"
 

@@ -7,7 +7,7 @@ from koordqos import observability as obs
 from koordqos.kube import KubeConnection
 from koordqos.kube.eventlimit import RateLimitedRecorder
 from koordqos.kube.eventrecorder import pod_reference
-from koordqos.testing.fake_apiserver import FakeAPIServer
+from tests.support.fake_apiserver import FakeAPIServer
 
 from .conftest import NODE
 

@@ -12,7 +12,7 @@ from koordqos.kube import KubeConnection
 from koordqos.kube.eventrecorder import EventRecorder
 from koordqos.kube.evictor import EvictedCache, EvictionBackoff, Evictor, TokenBucket
 from koordqos.model.pod import PodInfo, parse_pod
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_pod
+from tests.support.fake_apiserver import FakeAPIServer, make_pod
 
 from .conftest import NODE
 

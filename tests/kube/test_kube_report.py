@@ -10,7 +10,7 @@ import pytest
 
 from koordqos.kube.client import ApiError, KubeClient
 from koordqos.kube.reportwriters import NodeBatchPatcher, NodeMetricWriter, NRTWriter
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodemetric
 
 NODE = "node-a"
 PATH = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics/node-a"

@@ -8,7 +8,7 @@ import pytest
 
 from koordqos.errors import ConfigError
 from koordqos.kube.kubeconfig import KubeSource, check_source, find_source
-from koordqos.testing.fake_apiserver import FakeAPIServer
+from tests.support.fake_apiserver import FakeAPIServer
 
 CLUSTER = "clusters: [{name: c, cluster: {server: 'https://10.0.0.1:6443'}}]\n"
 CONTEXT = "contexts: [{name: x, context: {cluster: c, user: u}}]\n"

@@ -20,8 +20,8 @@ from koordqos.kube.evictor import Evictor
 from koordqos.localsources import LocalSources, kube_qos_from_cgroup_parent, read_node_from_procfs
 from koordqos.model.pod import PodInfo
 from koordqos.model.qos import KubeQoS, QoSClass
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_pod
 from koordqos.testing.poll import wait_until
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_pod
 
 from .conftest import NODE
 

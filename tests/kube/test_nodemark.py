@@ -8,8 +8,8 @@ from typing import Any
 from koordqos.kube import KubeConnection
 from koordqos.kube.client import KubeClient
 from koordqos.kube.nodemark import NodeMarker, with_condition, with_taint
-from koordqos.testing.fake_apiserver import FakeAPIServer
-from koordqos.testing.fake_objects import make_node
+from tests.support.fake_apiserver import FakeAPIServer
+from tests.support.fake_objects import make_node
 
 from .conftest import NODE
 

@@ -10,7 +10,6 @@ from typing import Any
 
 from koordqos import observability as obs
 from koordqos.model.pod import parse_pod
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 from koordqos.testing.nodefs import GiB, SyntheticNode
 from koordqos.testing.poll import wait_until
 from tests.strategies.test_agent_integration import (
@@ -23,6 +22,7 @@ from tests.strategies.test_agent_integration import (
     running_agent,
     server,
 )
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 
 __all__ = ["server"]  # the fixture, imported for the tests below
 

@@ -15,8 +15,8 @@ from koordqos.kube.reflector import Reflector, ReflectorSettings
 from koordqos.kube.sources import NODES_PATH, NODESLOS_PATH, PODS_PATH, NodeSLOSource, NodeSource, PodSource
 from koordqos.model.nodeslo import default_nodeslo
 from koordqos.model.qos import QoSClass
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 from koordqos.testing.poll import wait_until
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 
 from .conftest import NODE, Recorder, watches_open
 

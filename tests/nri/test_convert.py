@@ -184,7 +184,7 @@ async def test_a_pod_is_converted_once_per_distinct_message_and_never_served_sta
     from koordqos.events.types import PodUpserted
     from koordqos.model.pod import parse_pod
     from koordqos.state import reduce
-    from koordqos.testing.fake_objects import make_pod
+    from tests.support.fake_objects import make_pod
 
     h = nh(tmp_path)
     state = NodeState()

@@ -12,10 +12,10 @@ import pytest
 
 from koordqos.agent import Agent
 from koordqos.config import build_config
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
+from tests.support.fake_apiserver import FakeAPIServer, make_node
 
 NODE = "n1"
 

@@ -21,10 +21,10 @@ from koordqos.agent import Agent
 from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import build_config
-from koordqos.testing.fake_apiserver import FakeAPIServer
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
+from tests.support.fake_apiserver import FakeAPIServer
 
 NODE = "node-1"
 INTERVAL = 0.05

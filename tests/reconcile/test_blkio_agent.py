@@ -13,8 +13,8 @@ from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.resources import CgroupVersion, parse_device_lines
 from koordqos.model.pod import parse_pod
 from koordqos.strategies.blkio import pod_volume_mount
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 from koordqos.testing.nodefs import SyntheticNode
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 
 from .conftest import NODE, VERSIONS, cluster_agent, more_rounds, wait_for
 

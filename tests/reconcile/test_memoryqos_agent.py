@@ -16,8 +16,8 @@ from koordqos.kube.sources import NODESLO_INVALID_FIELDS
 from koordqos.model.pod import parse_pod
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.strategies.memoryqos import ABSENT_FILES, MEMORY_QOS_RESOURCES
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 from koordqos.testing.nodefs import GiB, SyntheticNode
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 
 from .conftest import NODE, VERSIONS, cluster_agent, local_agent, more_rounds, wait_for
 

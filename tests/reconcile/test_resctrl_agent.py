@@ -12,8 +12,8 @@ from koordqos.cgroups.layout import CgroupDriver
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.model.pod import parse_pod
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 from koordqos.testing.nodefs import SyntheticNode
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 
 from .conftest import INTERVAL, NODE, VERSIONS, cluster_agent, local_agent, more_rounds, wait_for
 

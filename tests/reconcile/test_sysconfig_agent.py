@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from koordqos.strategies.framework import INVALID_CONFIG
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo
 from koordqos.testing.nodefs import SyntheticNode
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodeslo
 
 from .conftest import NODE, cluster_agent, local_agent, more_rounds, wait_for
 

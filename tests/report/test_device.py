@@ -260,7 +260,7 @@ async def test_the_reporter_creates_updates_and_empties_the_device(tmp_path: Pat
     from koordqos.kube.device import DeviceWriter
     from koordqos.model.node import parse_node
     from koordqos.report.devicereport import DeviceReporter
-    from koordqos.testing.fake_apiserver import FakeAPIServer, make_node
+    from tests.support.fake_apiserver import FakeAPIServer, make_node
 
     async def no_sleep(_: float) -> None:
         return None

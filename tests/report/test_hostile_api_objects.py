@@ -16,7 +16,7 @@ import pytest
 from koordqos import observability as obs
 from koordqos.kube.client import ClientConfig, KubeClient
 from koordqos.model.node import parse_node
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node
+from tests.support.fake_apiserver import FakeAPIServer, make_node
 
 from .conftest import FakeClock
 from .test_report_reporters import NODE, batch, nrt_reporter

@@ -24,9 +24,9 @@ from koordqos.agent import Agent
 from koordqos.config import build_config
 from koordqos.kube.reportwriters import TokenBucket
 from koordqos.report.reporters import NodeMetricReporter
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric
 from koordqos.testing.nodefs import GiB, SyntheticNode
 from koordqos.testing.poll import wait_until
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodemetric
 
 NODE = "hostile-node"
 REPORTER = "nodemetric-reporter"

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from koordqos.model.pod import parse_pod
-from koordqos.testing.agentproc import agent_env
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_pod
 from koordqos.testing.nodefs import GiB, SyntheticNode
+from tests.support.agentproc import agent_env
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_pod
 
 pytestmark = pytest.mark.e2e
 NODE = "node-a"

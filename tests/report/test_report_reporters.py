@@ -31,8 +31,8 @@ from koordqos.report.reporters import (
     TopologyReporter,
 )
 from koordqos.state import NodeState
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_pod
 from koordqos.testing.poll import wait_until
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_pod
 
 from .conftest import FakeClock, feed
 from .test_report_batch_example import LOAD

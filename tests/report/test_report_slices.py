@@ -15,7 +15,7 @@ from koordqos.report import reporters as reporters_mod
 from koordqos.report.history import ReportHistory
 from koordqos.report.reporters import NodeMetricReporter
 from koordqos.state import NodeState
-from koordqos.testing.fake_apiserver import make_pod
+from tests.support.fake_apiserver import make_pod
 
 from .conftest import FakeClock, GiB, feed, snapshot
 

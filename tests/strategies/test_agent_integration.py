@@ -20,9 +20,9 @@ import pytest
 from koordqos.agent import Agent
 from koordqos.config import build_config
 from koordqos.model.pod import parse_pod
-from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 from koordqos.testing.nodefs import GiB, SyntheticNode
 from koordqos.testing.poll import wait_until
+from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 
 NODE = "node-1"
 CPUS = 16

@@ -20,10 +20,10 @@ from koordqos.model.nodeslo import parse_nodeslo
 from koordqos.model.pod import parse_pod
 from koordqos.state import NodeState
 from koordqos.strategies.blkio import BlkioReconcileStrategy, pod_volume_mount
-from koordqos.testing.fake_apiserver import FakeAPIServer
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
 from koordqos.testing.strategyenv import strategy_env
+from tests.support.fake_apiserver import FakeAPIServer
 
 UID = "0000dddd-0000-4000-8000-000000000001"
 

@@ -21,7 +21,7 @@ from koordqos.model.nodeslo import parse_nodeslo
 from koordqos.model.pod import PodInfo, parse_pod
 from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.strategies.tcqos import TcInputs, enabled, plan_tc, pod_minor
-from koordqos.testing.fake_objects import make_pod
+from tests.support.fake_objects import make_pod
 
 M = 1_000_000
 

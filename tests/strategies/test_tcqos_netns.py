@@ -26,9 +26,9 @@ from koordqos.model.pod import PodInfo, parse_pod
 from koordqos.state import NodeState
 from koordqos.strategies.tcqos import TCNetworkQoSStrategy
 from koordqos.testing import netns
-from koordqos.testing.fake_objects import make_pod
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.strategyenv import strategy_env
+from tests.support.fake_objects import make_pod
 
 BE_IP, LS_IP, LIM_IP = "198.18.0.10", "198.18.0.11", "198.18.0.12"
 PORT = 5001
@@ -197,9 +197,9 @@ async def test_the_agent_process_shapes_the_namespace_it_is_given(
     import signal
     import subprocess
 
-    from koordqos.testing.agentproc import agent_env, cluster_agent_argv, free_port, wait_ready
-    from koordqos.testing.fake_apiserver import FakeAPIServer, make_node, make_nodeslo
     from koordqos.testing.poll import wait_until
+    from tests.support.agentproc import agent_env, cluster_agent_argv, free_port, wait_ready
+    from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodeslo
 
     server = FakeAPIServer()
     await server.start()

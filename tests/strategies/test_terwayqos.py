@@ -14,9 +14,9 @@ from koordqos.model.nodeslo import parse_nodeslo
 from koordqos.model.pod import PodInfo, parse_pod
 from koordqos.state import NodeState
 from koordqos.strategies.terwayqos import TerwayQoSStrategy, global_config, plan_terway
-from koordqos.testing.fake_objects import make_pod
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.strategyenv import strategy_env
+from tests.support.fake_objects import make_pod
 
 ANN = "koordinator.sh/networkQOS"
 

@@ -6,7 +6,7 @@ import gc
 import sys
 import types
 
-from koordqos.testing.heaptrace import deep_size, footprint, malloc_stats, pymalloc_stats
+from tests.support.heaptrace import deep_size, footprint, malloc_stats, pymalloc_stats
 
 
 def test_deep_size_counts_what_a_container_holds_once() -> None:

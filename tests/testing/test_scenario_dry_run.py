@@ -20,7 +20,8 @@ import aiohttp
 import pytest
 
 from koordqos.testing.poll import wait_until
-from tests.testing.test_scenarios import _free_port, _stop
+from tests.support.agentproc import free_port
+from tests.testing.test_scenarios import _stop
 
 pytestmark = pytest.mark.e2e
 
@@ -68,7 +69,7 @@ def _runs(metrics: str) -> float:
 
 async def _agent(tmp_path: Path, argv: list[str], *extra: str, suppressing: bool = True) -> Run:
     """Run the agent until CPU suppress decided (`suppressing`) and then ran STEADY_ROUNDS more rounds."""
-    port = _free_port()
+    port = free_port()
     argv = list(argv)
     argv[argv.index("--http-addr") + 1] = f"127.0.0.1:{port}"
     agent = subprocess.Popen(

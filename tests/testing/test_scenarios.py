@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,14 +16,9 @@ import aiohttp
 import pytest
 
 from koordqos.testing.poll import wait_until
+from tests.support.agentproc import free_port
 
 pytestmark = pytest.mark.e2e
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _stop(proc: subprocess.Popen[str]) -> str:
@@ -56,7 +50,7 @@ async def test_colocation_scenario_shows_per_pod_hook_and_strategy_decisions(tmp
         lines = [runtime.stdout.readline() for _ in range(3)]
         command = lines[2].strip()
         assert command.startswith(".venv/bin/python -m koordqos run"), lines
-        port = _free_port()
+        port = free_port()
         argv = shlex.split(command)
         argv[0] = sys.executable  # the interpreter running this test (the venv's, in CI)
         argv[argv.index("--http-addr") + 1] = f"127.0.0.1:{port}"

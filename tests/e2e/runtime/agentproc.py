@@ -5,11 +5,8 @@ is an empty dir: it cannot write a host sysctl even by mistake."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -17,15 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from koordqos.testing.poll import wait_until_sync
+from tests.support.agentproc import agent_argv, agent_env, free_port
 
 from .cgview import CGROUP_MNT, CgroupTree
 from .prereq import POLL
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -49,11 +41,7 @@ class Agent:
         sys_root = self.workdir / "sys"  # nothing under the host's /sys is the agent's business here
         sys_root.mkdir(exist_ok=True)
         self.starts += 1
-        cmd = [
-            sys.executable,
-            "-m",
-            "koordqos",
-            "run",
+        cmd = agent_argv(
             "--node-name",
             "e2e-node",
             "--cgroup-root",
@@ -72,9 +60,8 @@ class Agent:
             "--log-format",
             "json",
             *self.args,
-        ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
-        env["HOME"] = str(self.workdir)  # no ~/.kube/config: local mode
+        )
+        env = agent_env(home=self.workdir)  # no ~/.kube/config: local mode
         log = open(self.log_path, "ab")  # noqa: SIM115 - the process owns it until stop()
         self.proc = subprocess.Popen(
             self.tree.wrap(cmd, read_only_proc_sys=True), stdout=log, stderr=subprocess.STDOUT, env=env
@@ -150,14 +137,14 @@ class Agent:
 
 
 class ThreadedAPIServer:
-    """`koordqos.testing.fake_apiserver.FakeAPIServer` served from its own event loop in a thread, so the
+    """`tests.support.fake_apiserver.FakeAPIServer` served from its own event loop in a thread, so the
     synchronous tests can use it; `upsert` is passed to that loop."""
 
     def __init__(self) -> None:
         import asyncio
         import threading
 
-        from koordqos.testing.fake_apiserver import FakeAPIServer
+        from tests.support.fake_apiserver import FakeAPIServer
 
         self._asyncio = asyncio
         self.loop = asyncio.new_event_loop()

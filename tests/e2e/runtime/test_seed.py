@@ -100,7 +100,7 @@ def test_without_koordqos_the_same_pod_gets_plain_values(rt: Stack) -> None:
 def test_cluster_mode_be_pod_from_the_api_gets_batch_limits(rt: Stack) -> None:
     """Cluster mode: the pod object (batch resources in its spec, no annotation) comes from the fake API
     server; the sandbox and container come from crictl; the same cgroup values must follow."""
-    from koordqos.testing.fake_apiserver import make_node, make_pod
+    from tests.support.fake_apiserver import make_node, make_pod
 
     from .agentproc import ThreadedAPIServer
 

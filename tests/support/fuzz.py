@@ -38,6 +38,9 @@ from koordqos.testing.mock_nri.protocol import PLUGIN_SERVICE
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.scenarios import Scenario, colocation
 from koordqos.testing.poll import wait_until
+from tests.support.agentproc import agent_env
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # tests/support/fuzz.py → the repository
 
 PROXY_SERVICE = "/runtime.v1alpha1.RuntimeHookService/"
 
@@ -212,10 +215,10 @@ class FuzzTarget:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.dir / "agent.log"
         self.channel: Channel | None = None
-        # run the agent under koordqos.testing.heaptrace, snapshots as <heap_profile>/heap.<n>.snap
+        # run the agent under tests.support.heaptrace, snapshots as <heap_profile>/heap.<n>.snap
         self.heap_profile = heap_profile
         self._heap_dumps = 0
-        # footprint reports (koordqos.testing.heaptrace.footprint) as <footprint>/heap.footprint.<n>.json
+        # footprint reports (tests.support.heaptrace.footprint) as <footprint>/heap.footprint.<n>.json
         self.footprint_dir = footprint
         self._footprints = 0
 
@@ -259,8 +262,7 @@ class FuzzTarget:
     async def _start(self) -> FuzzTarget:
         await self.runtime.start()
         node = self.scenario.node
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
-        env["HOME"] = str(self.dir)  # no ~/.kube/config: local mode
+        env = agent_env(home=self.dir)  # no ~/.kube/config: local mode
         env.update(self.agent_env)
         entry = ["-m", "koordqos"]
         traced = self.heap_profile or self.footprint_dir
@@ -268,7 +270,9 @@ class FuzzTarget:
             for d in (self.heap_profile, self.footprint_dir):
                 if d is not None:
                     d.mkdir(parents=True, exist_ok=True)
-            entry = ["-m", "koordqos.testing.heaptrace", str(traced / "heap")]
+            entry = ["-m", "tests.support.heaptrace", str(traced / "heap")]
+            # the tracer is test tooling, not in the wheel: the agent finds it from the repository root
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO_ROOT)) if p)
         argv = [
             sys.executable,
             *entry,
@@ -296,8 +300,8 @@ class FuzzTarget:
             "error",
             *self.extra_args,
         ]
-        with open(self.log, "wb") as out:  # noqa: ASYNC230 (start-up, once)
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)  # noqa: ASYNC220
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         await self.runtime.wait_joined(timeout=60)
         await wait_until(self.proxy_sock.exists, timeout=30, message="the proxy hook socket")
         self.channel = Channel(path=str(self.proxy_sock), codec=RawCodec())
@@ -315,7 +319,7 @@ class FuzzTarget:
 
     async def footprint(self, timeout: float = 120.0) -> dict[str, Any]:
         """Ask the agent (started with `footprint`) for a footprint report (RSS, pymalloc, the largest
-        containers): `koordqos.testing.heaptrace.footprint`."""
+        containers): `tests.support.heaptrace.footprint`."""
         assert self.footprint_dir is not None
         assert self.proc is not None
         traced = self.heap_profile or self.footprint_dir

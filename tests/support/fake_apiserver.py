@@ -37,7 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
-from koordqos.testing.fake_objects import make_node, make_nodemetric, make_nodeslo, make_pod
+from tests.support.fake_objects import make_node, make_nodemetric, make_nodeslo, make_pod
 
 NODESLO_GROUP_PATH = "/apis/slo.koordinator.sh/v1alpha1"
 GROUP_PATHS = (

@@ -1,6 +1,6 @@
 """Run `python -m koordqos` with tracemalloc snapshots on SIGUSR1 and footprint reports on SIGUSR2.
 
-    python -m koordqos.testing.heaptrace OUT_PREFIX run --cgroup-root ...
+    python -m tests.support.heaptrace OUT_PREFIX run --cgroup-root ...
 
 Tracing starts at the first SIGUSR1, not at start-up: imports under tracemalloc take ~15x longer (protobuf
 and grpc descriptors), and only what is allocated *after* a warm-up and still alive later is a leak. Every
