@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from koordqos.agent import Agent, FunctionComponent, Supervisor
+from koordqos.agent import Agent, FunctionComponent
 from koordqos.config import build_config
+from koordqos.process.supervisor import Supervisor
 from koordqos.testing.poll import wait_until
 
 

@@ -1,4 +1,4 @@
-"""The agent process's garbage-collector policy (koordqos.agent.GcPolicy), each case in a fresh interpreter:
+"""The agent process's garbage-collector policy (process.gcpolicy), each case in a fresh interpreter:
 it freezes objects and switches automatic collection off for the whole process, which the rest of the suite
 must not inherit. Structure, not timing: the pauses it saves are measured by bench/agent.py."""
 
@@ -12,7 +12,7 @@ import textwrap
 SCRIPT = """
 import asyncio, gc, json
 from types import SimpleNamespace
-from koordqos.agent import GcPolicy
+from koordqos.process.gcpolicy import GcPolicy
 from koordqos.testing.poll import wait_until
 
 async def main():

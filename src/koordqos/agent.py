@@ -13,12 +13,9 @@ import asyncio
 import contextlib
 import gc
 import os
-import random
 import signal
 import sys
-import threading
-import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +56,11 @@ from koordqos.nri import build_plugin
 from koordqos.nri.convert import NRIHooks
 from koordqos.nri.plugin import NRIPlugin
 from koordqos.nri.session import no_hooks
+from koordqos.process.eventloop import loop_factory
+from koordqos.process.exitdeadline import EXIT_GRACE_SECONDS, ExitDeadline, cancel_until
+from koordqos.process.gcpolicy import GcPolicy
+from koordqos.process.looplag import LoopLagMonitor
+from koordqos.process.supervisor import Supervisor
 from koordqos.proxy import build_server
 from koordqos.proxy.server import ProxyServer
 from koordqos.report.build import Reporters, build_reporters
@@ -78,7 +80,16 @@ READY_SOURCES = frozenset({"pods", "node", "nodeslo"})
 # the packages that contribute components, in the order their components are built
 PACKAGES = ("metrics", "kube", "strategies", "hooks", "report", "nri", "proxy", "server")
 
-__all__ = ["PACKAGES", "Agent", "Component", "FunctionComponent", "Parts", "Services", "build_services"]
+__all__ = [
+    "PACKAGES",
+    "Agent",
+    "Component",
+    "FunctionComponent",
+    "Parts",
+    "Services",
+    "build_services",
+    "loop_factory",
+]
 
 
 @dataclass(frozen=True)
@@ -226,263 +237,6 @@ def cluster_mode_available(cfg: AgentConfig, env: Mapping[str, str] | None = Non
     """Whether a kubeconfig (flag, KUBECONFIG, ~/.kube/config) or an in-cluster service account is present
     (`kube.kubeconfig.find_source`; whether it is usable is checked at start: `check_source`)."""
     return find_source(cfg.kube.kubeconfig, os.environ if env is None else env) is not None
-
-
-class Supervisor:
-    """Runs components; restarts a crashed one with capped exponential backoff; counts crashes."""
-
-    def __init__(self, base_delay: float = 0.5, max_delay: float = 30.0) -> None:
-        self.base_delay = base_delay
-        self.max_delay = max_delay
-        self.crashes: dict[str, int] = {}
-
-    async def supervise(self, comp: Component) -> None:
-        """Run `comp` forever: a crash is logged, counted and followed by a restart after a backoff."""
-        failures = 0
-        while True:
-            started = time.monotonic()
-            try:
-                await comp.run()
-                log.info("component returned", component=comp.name)
-                return
-            except asyncio.CancelledError:
-                raise
-            except StartupError:
-                raise  # cannot start at all: the agent exits (supervision is for failures after start)
-            except Exception as exc:
-                self.crashes[comp.name] = self.crashes.get(comp.name, 0) + 1
-                obs.COMPONENT_RESTARTS.labels(comp.name).inc()
-                # a component that ran for a while before crashing starts its backoff afresh
-                failures = 1 if time.monotonic() - started > 60 else failures + 1
-                delay = min(self.max_delay, self.base_delay * 2 ** (failures - 1))
-                delay *= 1 + random.uniform(-0.1, 0.1)
-                log.error(
-                    "component crashed; restarting",
-                    component=comp.name,
-                    essential=comp.essential,
-                    attempt=failures,
-                    retry_in_s=round(delay, 2),
-                    error=f"{type(exc).__name__}: {exc}",
-                    exc_info=exc,
-                )
-                await asyncio.sleep(delay)
-
-
-# The stop, bounded (see `Agent._run_components` and `ExitDeadline`): a component still running is cancelled
-# again this often until the shutdown timeout (a cancellation can be lost: `asyncio.wait_for` on Python
-# 3.11 drops it when its awaitable completes in the same loop step), and the agent process ends this long
-# after the shutdown timeout whatever still runs.
-RECANCEL_SECONDS = 1.0
-EXIT_GRACE_SECONDS = 2.0
-
-
-class ExitDeadline:
-    """Ends the agent process `seconds` after the stop began if it has not exited by then.
-
-    What the loop cannot bound: a task that ignores every cancellation (the TaskGroup waits for it), a
-    worker thread stuck in a system call (`asyncio.Runner` waits for the default executor at close, and the
-    interpreter for its threads at exit). A daemon thread's timer logs one error line naming what still
-    ran, and exits with code 1. Armed by `run` only: an agent run inside a test process has none.
-    """
-
-    EXIT_CODE = 1
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.still_running: list[str] = []  # the components the stop waits for (updated by the loop)
-        self._timer: threading.Timer | None = None
-
-    def arm(self) -> None:
-        """Start the countdown (once)."""
-        if self._timer is None:
-            self._timer = threading.Timer(self.seconds, self._expire)
-            self._timer.name = "koordqos-exit-deadline"
-            self._timer.daemon = True
-            self._timer.start()
-
-    def _expire(self) -> None:
-        threads = [
-            t.name for t in threading.enumerate() if t is not threading.current_thread() and t.is_alive()
-        ]
-        log.error(
-            "the agent did not exit within its shutdown timeout; exiting",
-            after_s=round(self.seconds, 2),
-            components=self.still_running,
-            threads=threads,
-        )
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(self.EXIT_CODE)
-
-
-class LoopLagMonitor:
-    """Measures how late the loop wakes a 100 ms timer; exported as a histogram."""
-
-    name = "loop-lag"
-    essential = False
-
-    def __init__(self, interval: float = 0.1) -> None:
-        self.interval = interval
-        self.last_lag = 0.0
-
-    async def run(self) -> None:
-        """Probe forever."""
-        loop = asyncio.get_running_loop()
-        while True:
-            start = loop.time()
-            await asyncio.sleep(self.interval)
-            self.last_lag = max(0.0, loop.time() - start - self.interval)
-            obs.LOOP_LAG.observe(self.last_lag)
-
-
-class GcPolicy:
-    """Keeps garbage collections out of the event loop's steps and full collections short at any pod count.
-
-    A full (generation-2) collection walks every object the collector tracks that is not frozen: at 1,000
-    pods the pods, the runtime containers, the metric series' keys, the report history... ≈ 30 ms in one
-    loop step every 20–60 s. The live set hardly changes from one minute to the next, so walking it again
-    finds nothing; what must be walked is what became long-lived since. And a young collection (≈ 0.5 ms
-    for generation 0, ≈ 2.5 ms for generation 1 at 1,000 pods, mostly the last metrics round) runs wherever
-    an allocation crosses a threshold, i.e. inside some other step, which it lengthens. So:
-
-    * once start-up has settled (ready, the NRI runtime synchronized, a reconciler pass done after that) the
-      objects are frozen (`gc.freeze()`: moved to the permanent generation, O(1), no collection);
-    * after every full collection its survivors are frozen too: the next one walks only what became
-      long-lived since (its cost follows the churn, not the pod count);
-    * `paced` (the default): the interpreter still collects generation 0 itself (≈ 0.3 ms, wherever an
-      allocation crosses its threshold), but generations 1 and 2 only when a task, every PACE_SECONDS,
-      finds them due (GEN1_AFTER, GEN2_AFTER): those collections are loop steps of their own,
-      never inside another. (Pacing generation 0 too made it larger: ~700 objects become thousands
-      between two looks.)
-
-    What it costs: a frozen object that later becomes part of an unreachable *cycle* is not collected
-    (acyclic garbage is freed by reference counting as ever); docs/performance.md measures how much that is.
-    Code on long-running paths therefore leaves no such cycles (`koordqos.testing.cycles`,
-    `errors.detached`). No automatic thaw: `gc.get_freeze_count()` walks the frozen set (≈ 20 ms at 1,000
-    pods) and a full collection after `gc.unfreeze()` is a 20-40 ms step (docs/performance.md).
-    `KOORDQOS_GC_POLICY=build` keeps only the freeze after the build (the behaviour before), `settle` the
-    freezes without the pacing. Only the agent process runs it (`run`), not agents built in tests.
-    """
-
-    name = "gc-policy"
-    essential = False
-    ENV = "KOORDQOS_GC_POLICY"
-    AUDIT_ENV = "KOORDQOS_GC_AUDIT"
-    MODES = ("build", "settle", "paced")
-    # how often the task looks (a loop wake-up costs ~0.2 ms of CPU on the development VM: every 20 ms that
-    # would be 1 % of a core; collections of generation 1 are due every second or more)
-    PACE_SECONDS = 0.1
-    # Lower than the interpreter's 10 and 10: a generation-1 collection walks the young objects still alive
-    # (under container churn those of the last seconds) and a frozen-pruned full one what became long-lived
-    # since the last: more often, each is shorter (at 1,000 pods with churn: generation 1 up to ≈ 5 ms and
-    # full ones 4–7 ms with 10 and 10; figures in docs/performance.md).
-    GEN1_AFTER = 5
-    GEN2_AFTER = 2
-    NEVER = 1 << 30  # a count the interpreter's own generation-1 and -2 triggers never reach
-
-    def __init__(
-        self, agent: Agent, mode: str | None = None, poll: float = 1.0, give_up: float = 300.0
-    ) -> None:
-        self.agent = agent
-        self.mode = mode or os.environ.get(self.ENV, "paced")
-        if self.mode not in self.MODES:
-            raise ConfigError(f"{self.ENV}={self.mode!r}: one of {', '.join(self.MODES)}")
-        self.poll = poll
-        self.give_up = give_up
-        self.freezes = 0
-        self.polls = 0  # looks at whether start-up settled
-        self.collections = [0, 0, 0]  # paced collections by generation
-
-    def _after_full(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "stop" and info["generation"] == 2:
-            gc.freeze()  # the survivors of a full collection: live, and walked just now
-            self.freezes += 1
-
-    def _settled(self, passes_at_ready: int | None) -> bool:
-        rec = self.agent.parts.reconciler
-        return passes_at_ready is not None and (rec is None or rec.passes > passes_at_ready)
-
-    async def _settle(self) -> None:
-        """Until start-up settled: ready, the runtime synchronized, a reconciler pass done after that."""
-        agent = self.agent
-        nri = agent.parts.nri is not None
-        deadline = time.monotonic() + self.give_up
-        passes_at_ready: int | None = None
-        while time.monotonic() < deadline and not self._settled(passes_at_ready):
-            await asyncio.sleep(self.poll)
-            self.polls += 1
-            if passes_at_ready is None and agent.ready and (not nri or agent.bus.state.nri_connected):
-                rec = agent.parts.reconciler
-                passes_at_ready = rec.passes if rec is not None else 0
-
-    def collect_due(self) -> int | None:
-        """The older generation (1 or 2) due: generation 1 after more than GEN1_AFTER generation-0
-        collections, generation 2 after more than GEN2_AFTER generation-1 ones (the interpreter's defaults
-        are 10 and 10, and a 25 % growth of the long-lived objects for 2)."""
-        _, c1, c2 = gc.get_count()
-        if c1 <= self.GEN1_AFTER:
-            return None
-        return 2 if c2 > self.GEN2_AFTER else 1
-
-    async def run(self) -> None:
-        """Freeze once start-up settled, then after every full collection; pace collections."""
-        if self.mode == "build":
-            await asyncio.Event().wait()
-        gc.callbacks.append(self._after_full)
-        thresholds = gc.get_threshold()
-        try:
-            await self._settle()
-            gc.freeze()
-            self.freezes += 1
-            if self.mode == "settle":
-                await asyncio.Event().wait()
-            # the interpreter's generation-1 and -2 triggers out of reach: this task pulls them instead
-            gc.set_threshold(thresholds[0], self.NEVER, self.NEVER)
-            while True:
-                await asyncio.sleep(self.PACE_SECONDS)
-                gen = self.collect_due()
-                if gen is not None:
-                    gc.collect(gen)
-                    self.collections[gen] += 1
-        finally:
-            gc.set_threshold(*thresholds)
-            gc.callbacks.remove(self._after_full)
-            if os.environ.get(self.AUDIT_ENV):
-                self._audit()
-
-    def _audit(self) -> None:
-        """`KOORDQOS_GC_AUDIT=1`: at exit, log how much garbage the freezes kept from the collector (a full
-        collection after `gc.unfreeze()`, once the ordinary garbage is gone). A measurement, not for use."""
-        frozen = gc.get_freeze_count()
-        gc.collect()
-        gc.unfreeze()
-        start = time.perf_counter()
-        kept = gc.collect()
-        log.warning(
-            "gc audit",
-            mode=self.mode,
-            freezes=self.freezes,
-            frozen=frozen,
-            garbage_kept_by_freezing=kept,
-            full_collection_ms=round((time.perf_counter() - start) * 1000, 1),
-            paced_collections=self.collections,
-        )
-
-
-def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The event loop to run on: uvloop when chosen, or with `auto` when it can be imported (a dependency of
-    koordqos; an install without it runs the stdlib loop); None means the stdlib loop. Measured in
-    docs/performance.md (NRI)."""
-    if choice == "asyncio":
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        if choice == "uvloop":
-            raise ConfigError("--event-loop uvloop: uvloop is not installed (pip install uvloop)") from None
-        return None
-    return uvloop.new_event_loop
 
 
 def run(agent: Agent) -> None:
@@ -749,22 +503,6 @@ class Agent:
         """Ask the agent to stop (safe from signal handlers)."""
         self._stop.set()
 
-    async def _cancel_until(self, tasks: set[asyncio.Task[None]], deadline: float) -> set[asyncio.Task[None]]:
-        """Cancel `tasks`, again every RECANCEL_SECONDS while any still runs, until `deadline` (loop time);
-        returns those still running then. One cancellation can be lost (see RECANCEL_SECONDS)."""
-        loop = asyncio.get_running_loop()
-        pending = tasks
-        while pending and loop.time() < deadline:
-            for t in pending:
-                t.cancel()
-            if self.exit_deadline is not None:
-                self.exit_deadline.still_running = sorted(t.get_name() for t in pending)
-            wait = min(RECANCEL_SECONDS, deadline - loop.time())
-            _done, pending = await asyncio.wait(pending, timeout=max(0.0, wait))
-        if self.exit_deadline is not None:
-            self.exit_deadline.still_running = sorted(t.get_name() for t in pending)
-        return pending
-
     async def _run_shutdown(self, timeout: float) -> None:
         """Run the shutdown callbacks (in reverse registration order); failures are logged, never raised."""
         try:
@@ -852,7 +590,7 @@ class Agent:
             if self.exit_deadline is not None:
                 self.exit_deadline.arm()
             deadline = loop.time() + self.config.shutdown_timeout_seconds
-            pending = await self._cancel_until(set(tasks), deadline)
+            pending = await cancel_until(self.exit_deadline, set(tasks), deadline)
             if pending:
                 log.error("components did not stop in time", components=sorted(t.get_name() for t in pending))
             await self._run_shutdown(max(0.1, deadline - loop.time()))

@@ -1,6 +1,6 @@
 """What a piece of code leaves behind as reference cycles: the garbage only a full collection frees.
 
-The agent's GC policy freezes long-lived objects (`koordqos.agent.GcPolicy`); a frozen object that later
+The agent's GC policy freezes long-lived objects (`process.gcpolicy.GcPolicy`); a frozen object that later
 becomes part of an unreachable cycle is never collected. Code on the agent's long-running paths must
 therefore drop what it keeps without cycles (an exception kept with its traceback, a session whose handler
 table holds its own bound methods). Tests use `cyclic_garbage` to show it does.
