@@ -119,7 +119,7 @@ def test_validate_rejects_an_empty_file(
 
 def test_run_help_shows_meaningful_metavars_and_every_default(capsys: pytest.CaptureFixture[str]) -> None:
     # issue #15 item 10: `run --help` showed OPT_* placeholders and no defaults
-    from koordqos.config import FLAGS, flag_default
+    from koordqos.configflags import FLAGS, flag_default
 
     with pytest.raises(SystemExit):
         main(["run", "--help"])

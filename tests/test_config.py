@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from koordqos.cli import build_parser
-from koordqos.config import build_config, load_config
+from koordqos.config import build_config
+from koordqos.configload import load_config
 from koordqos.errors import ConfigError
 from koordqos.features import DEFAULT_GATES, parse_feature_gates
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from koordqos.cli import build_parser, koordlet_terms
-from koordqos.config import AgentConfig, load_config
+from koordqos.config import AgentConfig
+from koordqos.configload import load_config
 from koordqos.errors import ConfigError
 from koordqos.features import DEFAULT_GATES
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from koordqos import __version__
-from koordqos.config import add_flags, build_config, load_config, read_config_file
+from koordqos.config import build_config
+from koordqos.configload import add_flags, load_config, read_config_file
 from koordqos.errors import ConfigError, KoordQoSError, ModelError
 
 
@@ -63,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "config":
             if args.config_command == "flags":
-                from koordqos.config import flags_markdown
+                from koordqos.configflags import flags_markdown
 
                 print(flags_markdown(), end="")
                 return 0
@@ -147,7 +148,7 @@ def report_once(args: argparse.Namespace) -> int:
 def koordlet_terms(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """`run` and `report` arguments as koordlet's DaemonSet writes them, in koordqos's terms
     (`koordletargs.translate`), and the koordlet flags given that have no effect."""
-    from koordqos.config import FLAGS
+    from koordqos.configflags import FLAGS
     from koordqos.koordletargs import translate
 
     if not argv or argv[0] not in ("run", "report"):

@@ -14,7 +14,7 @@ from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.cli import build_parser
-from koordqos.config import load_config
+from koordqos.configload import load_config
 
 UID = "6a2b4c1d-0000-4000-8000-00000000abcd"
 UID_ = UID.replace("-", "_")

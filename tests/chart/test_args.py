@@ -8,7 +8,8 @@ import helm_python as helm
 import pytest
 
 from koordqos.cli import build_parser
-from koordqos.config import AgentConfig, load_config
+from koordqos.config import AgentConfig
+from koordqos.configload import load_config
 
 from .chart_render import Rendered, render
 

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from koordqos.bus import EventBus
-from koordqos.config import AgentConfig, add_flags, build_config, load_config
+from koordqos.config import AgentConfig, build_config
+from koordqos.configload import add_flags, load_config
 from koordqos.decisions import DecisionLog
 from koordqos.events.types import MetricTick
 from koordqos.features import DEFAULT_GATES
