@@ -34,9 +34,9 @@ from koordqos.model.wirevalue import MAX_DURATION_SECONDS
 from koordqos.report.batch import NodeCapacity, calculate
 from koordqos.report.history import ReportHistory
 from koordqos.report.nodemetric import build_status
+from koordqos.report.nodemetricreporter import NodeMetricReporter
 from koordqos.report.nrt import desired, modifier
 from koordqos.report.policy import MEMORY_POLICIES, CollectPolicy, parse_collect_policy
-from koordqos.report.reporters import NodeMetricReporter
 from koordqos.state import NodeState
 from tests.report.conftest import FakeClock, GiB, feed, snapshot
 from tests.report.test_report_nrt import EXAMPLE_PODS, inputs

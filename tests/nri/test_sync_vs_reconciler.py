@@ -25,7 +25,7 @@ from koordqos.nri.calls import NRISynchronize
 from koordqos.nri.convert import NRIHooks
 from koordqos.nri.runtime_objects import runtime_container, runtime_sandbox
 from koordqos.report.kubelet import KubeletCPUManager
-from koordqos.report.reporters import KubeletSources, TopologyReporter
+from koordqos.report.topologyreporter import KubeletSources, TopologyReporter
 from koordqos.state import NodeState, reduce
 from koordqos.testing.mock_nri.scenarios import colocation
 

@@ -16,11 +16,12 @@ from koordqos.model.node import NodeInfo, parse_node
 from koordqos.model.pod import PodInfo, parse_pod
 from koordqos.prediction.checkpoint import CheckpointDir
 from koordqos.prediction.model import CLASS_UIDS, NODE_UID, SYS_UID, PredictionParams, class_uid
+from koordqos.report.batchreporter import standalone_mid_values
 from koordqos.report.history import ReportHistory
 from koordqos.report.mid import MidStrategy
 from koordqos.report.nodemetric import StatusSkipped
+from koordqos.report.nodemetricreporter import NodeMetricReporter
 from koordqos.report.prediction import PredictionServer
-from koordqos.report.reporters import NodeMetricReporter, standalone_mid_values
 from koordqos.state import NodeState
 
 from ..report.conftest import FakeClock, snapshot

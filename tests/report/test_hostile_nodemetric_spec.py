@@ -23,7 +23,7 @@ from koordqos import observability as obs
 from koordqos.agent import Agent
 from koordqos.config import build_config
 from koordqos.kube.reportwriters import TokenBucket
-from koordqos.report.reporters import NodeMetricReporter
+from koordqos.report.nodemetricreporter import NodeMetricReporter
 from koordqos.testing.nodefs import GiB, SyntheticNode
 from koordqos.testing.poll import wait_until
 from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodemetric

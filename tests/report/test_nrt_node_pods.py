@@ -13,7 +13,7 @@ from koordqos.localsources import pod_from_sandbox
 from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.topology import read_topology
 from koordqos.report.kubelet import KubeletCPUManager
-from koordqos.report.reporters import KubeletSources, TopologyReporter
+from koordqos.report.topologyreporter import KubeletSources, TopologyReporter
 from koordqos.state import NodeState, reduce
 from koordqos.testing.nodefs import SyntheticNode
 

@@ -21,15 +21,12 @@ from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.topology import read_topology
 from koordqos.model.node import parse_node
 from koordqos.model.pod import parse_pod
+from koordqos.report.batchreporter import BatchCapacityReporter
 from koordqos.report.history import ReportHistory
 from koordqos.report.kubelet import KubeletCPUManager
+from koordqos.report.nodemetricreporter import NodeMetricReporter
 from koordqos.report.pools import SharePools
-from koordqos.report.reporters import (
-    BatchCapacityReporter,
-    KubeletSources,
-    NodeMetricReporter,
-    TopologyReporter,
-)
+from koordqos.report.topologyreporter import KubeletSources, TopologyReporter
 from koordqos.state import NodeState
 from koordqos.testing.poll import wait_until
 from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_pod

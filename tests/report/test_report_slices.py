@@ -11,9 +11,9 @@ from koordqos.bus import EventBus
 from koordqos.events.types import MetricTick
 from koordqos.model.pod import parse_pod
 from koordqos.report import history as history_mod
-from koordqos.report import reporters as reporters_mod
+from koordqos.report import nodemetricreporter as reporters_mod
 from koordqos.report.history import ReportHistory
-from koordqos.report.reporters import NodeMetricReporter
+from koordqos.report.nodemetricreporter import NodeMetricReporter
 from koordqos.state import NodeState
 from tests.support.fake_apiserver import make_pod
 

@@ -10,7 +10,7 @@ import pytest
 
 from koordqos.kube.client import ClientConfig, KubeClient
 from koordqos.kube.reportwriters import NodeBatchPatcher
-from koordqos.report.reporters import BatchCapacityReporter
+from koordqos.report.batchreporter import BatchCapacityReporter
 from tests.support.fake_apiserver import FakeAPIServer, make_node
 
 from ..prediction.test_worked_example import World, run_25_hours

@@ -16,18 +16,15 @@ from koordqos.metrics.hardware import read_hardware
 from koordqos.metrics.topology import CpuTopology
 from koordqos.prediction.checkpoint import CheckpointDir
 from koordqos.prediction.model import PredictionParams
+from koordqos.report.batchreporter import BatchCapacityReporter
 from koordqos.report.devicereport import DeviceReporter
 from koordqos.report.history import ReportHistory
 from koordqos.report.kubelet import KubeletCPUManager, topology_policy
+from koordqos.report.nodemetricreporter import NodeMetricReporter
 from koordqos.report.nrt import NRTDesired
 from koordqos.report.prediction import PredictionServer
-from koordqos.report.reporters import (
-    BatchCapacityReporter,
-    KubeletSources,
-    NodeMetricReporter,
-    ReportRecord,
-    TopologyReporter,
-)
+from koordqos.report.record import ReportRecord
+from koordqos.report.topologyreporter import KubeletSources, TopologyReporter
 
 ClientSource = KubeClient | Callable[[], Awaitable[KubeClient]]
 

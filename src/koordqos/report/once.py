@@ -23,17 +23,14 @@ from koordqos.metrics.types import ContainerSeries
 from koordqos.model.node import parse_node
 from koordqos.model.nodeslo_validate import validate_nodeslo
 from koordqos.model.pod import parse_pod
+from koordqos.report.batchreporter import standalone_mid_values, standalone_values
 from koordqos.report.build import build_prediction, kubelet_sources
 from koordqos.report.history import ReportHistory
 from koordqos.report.nodemetric import StatusSkipped
+from koordqos.report.nodemetricreporter import NodeMetricReporter
 from koordqos.report.nrt import modifier
 from koordqos.report.policy import parse_collect_policy
-from koordqos.report.reporters import (
-    NodeMetricReporter,
-    TopologyReporter,
-    standalone_mid_values,
-    standalone_values,
-)
+from koordqos.report.topologyreporter import TopologyReporter
 from koordqos.state import NodeState
 
 Json = dict[str, Any]
