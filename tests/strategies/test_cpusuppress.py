@@ -14,8 +14,9 @@ from koordqos.model.node import NodeInfo
 from koordqos.model.pod import PodInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.strategies.cpupick import Processor, pick_be_cpus
-from koordqos.strategies.cpusuppress import (
-    CPUSuppress,
+from koordqos.strategies.cpusuppress import CPUSuppress
+from koordqos.strategies.intents import CFS_QUOTA, CPUSET_CPUS, BEDir
+from koordqos.strategies.suppressplan import (
     HostApp,
     Policy,
     Status,
@@ -24,7 +25,6 @@ from koordqos.strategies.cpusuppress import (
     be_suppress_milli,
     plan_cfs_quota,
 )
-from koordqos.strategies.intents import CFS_QUOTA, CPUSET_CPUS, BEDir
 from koordqos.strategies.usage import calculate_filter_pods_used, non_be_host_app, non_be_pod
 
 from .conftest import make_node, make_pod
@@ -328,7 +328,7 @@ def _adjust(old: tuple[int, ...], node: NodeInfo | None = None) -> str:
         reserved=reserved_cpus(node),
         sysqos=system_qos_exclusive_cpus(node),
     )
-    from koordqos.strategies.cpusuppress import scheduler_cpusets
+    from koordqos.strategies.suppressinputs import scheduler_cpusets
 
     writes = CPUSuppress().adjust_by_cpuset(inp, 3000, scheduler_cpusets(inp.pods))
     return values(writes, CPUSET_CPUS).get(BE, "unchanged")
@@ -351,7 +351,7 @@ def test_case12_adjust_by_cpuset() -> None:
 def test_both_pools_empty_leaves_cpusets_unchanged() -> None:
     lse = make_pod("lse", "LSE", kube_qos=KubeQoS.GUARANTEED, annotations=_status("0-7"))
     inp = inputs(policy=Policy.CPUSET, pods=[lse], processors=eight_cpus_two_nodes(), cpuset=(0, 1))
-    from koordqos.strategies.cpusuppress import scheduler_cpusets
+    from koordqos.strategies.suppressinputs import scheduler_cpusets
 
     assert CPUSuppress().adjust_by_cpuset(inp, 3000, scheduler_cpusets(inp.pods)) == []
 
@@ -377,7 +377,7 @@ def test_cpuset_growth_is_step_limited() -> None:
 def test_case13_recover_cpuset(
     annotations: dict[str, object], expected: str, previous: Status | None
 ) -> None:
-    from koordqos.strategies.cpusuppress import scheduler_cpusets
+    from koordqos.strategies.suppressinputs import scheduler_cpusets
     from koordqos.strategies.usage import reserved_cpus, system_qos_exclusive_cpus
 
     node = make_node(16, annotations={k: json.dumps(v) for k, v in annotations.items()})

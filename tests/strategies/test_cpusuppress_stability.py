@@ -20,8 +20,9 @@ from koordqos.metrics.store import MetricStore
 from koordqos.metrics.types import MetricKind
 from koordqos.model.pod import KubeQoS
 from koordqos.strategies.cpupick import Processor
-from koordqos.strategies.cpusuppress import CPUSuppress, Policy, SuppressConfig, SuppressInputs
+from koordqos.strategies.cpusuppress import CPUSuppress
 from koordqos.strategies.intents import CFS_QUOTA, BEDir
+from koordqos.strategies.suppressplan import Policy, SuppressConfig, SuppressInputs
 from koordqos.strategies.suppresssmoothing import (
     DEFAULT_HYSTERESIS_PERCENT,
     DEFAULT_USAGE_WINDOW_SECONDS,

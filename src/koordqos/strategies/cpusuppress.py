@@ -4,31 +4,26 @@
 floored by `cpuSuppressMinPercent`. The `cfsQuota` policy turns it into the besteffort dir's quota (with a
 1 % bypass and a 10 %-of-capacity step-up limit); the `cpuset` policy into a set of CPUs picked from the
 LSR and LS pools (LSE CPUs never go to BE). When the NodeSLO switch is off, both are recovered.
-Pure: `CPUSuppress.plan` turns inputs into `CgroupWrite` intents; the framework reads and writes.
+Pure: `CPUSuppress.plan` turns inputs into `CgroupWrite` intents; the framework reads and writes. The
+arithmetic and the plan's data are `suppressplan`, the inputs' assembly `suppressinputs`; this module is the
+round: `CPUSuppress` (status memory, the plan) and `CPUSuppressStrategy` (the strategy the framework ticks).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 
 from prometheus_client import Gauge
 
 from koordqos.cgroups.executor import CgroupWrite, Level, Outcome, WriteResult
 from koordqos.config import AgentConfig
-from koordqos.metrics.store import MetricStore
-from koordqos.metrics.types import MetricKind
 from koordqos.model.cpuset import format_cpuset
-from koordqos.model.node import NodeInfo
-from koordqos.model.nodeslo import NodeSLO, is_feature_disabled
 from koordqos.model.pod import PodInfo
 from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.observability import REGISTRY
 from koordqos.state import NodeState
-from koordqos.strategies.cpupick import Processor, pick_be_cpus
 from koordqos.strategies.framework import Pace, StrategyEnv
 from koordqos.strategies.intents import (
     CFS_QUOTA,
@@ -39,32 +34,41 @@ from koordqos.strategies.intents import (
     level_of,
 )
 from koordqos.strategies.suppressevents import node_reference, suppress_event
+from koordqos.strategies.suppressinputs import (
+    assemble_inputs,
+    bound_by_scheduler,
+    scheduler_cpusets,
+)
+from koordqos.strategies.suppressplan import (
+    CFS_PERIOD,
+    CONTAINER_DEPTH,
+    POD_DEPTH,
+    UNSET_QUOTA,
+    Policy,
+    Status,
+    SuppressInputs,
+    SuppressPlan,
+    be_cpu_count,
+    be_suppress_milli,
+    cpu_pools,
+    pick_suppressed_cpuset,
+    plan_cfs_quota,
+    quota_target,
+    recovery_cpuset,
+    suppress_floor,
+)
 from koordqos.strategies.suppresssamples import FirstSampleWait
 from koordqos.strategies.suppresssmoothing import (
     QuotaHysteresis,
-    suppress_usage,
     suppress_usage_paced,
     window_samples,
 )
 from koordqos.strategies.usage import (
     calculate_filter_pods_used,
-    cpu_manager_policy,
-    non_be_host_app,
     non_be_pod,
-    reserved_cpus,
-    system_qos_exclusive_cpus,
 )
 
 NAME = "BECPUSuppress"  # its koordlet gate (koordlet's strategy: CPUSuppress)
-DEFAULT_THRESHOLD_PERCENT = 65
-BYPASS_RATIO = 0.01
-BE_MIN_CPUSET_CORES = 2
-BE_MIN_QUOTA = 2000
-BE_MAX_INCREASE_PERCENT = 0.1
-UNSET_QUOTA = -1
-CFS_PERIOD = 100_000
-POD_DEPTH = 1
-CONTAINER_DEPTH = 2
 # A full round this often: the BE dirs walked again and every write planned and checked against the files
 # (between full rounds an unchanged plan writes nothing and the walk follows the BE pods).
 FULL_PASS_SECONDS = 60.0
@@ -82,180 +86,7 @@ BE_SUPPRESS_CORES = Gauge(
 )
 
 
-class Policy(StrEnum):
-    """cpuSuppressPolicy."""
-
-    CPUSET = "cpuset"
-    CFS_QUOTA = "cfsQuota"
-
-
-class Status(StrEnum):
-    """Per-policy state: the policy is actively suppressing, or its cgroups were restored."""
-
-    USING = "using"
-    RECOVERED = "recovered"
-
-
-@dataclass(frozen=True, slots=True)
-class HostApp:
-    """A host application of the NodeSLO as the usage split needs it."""
-
-    name: str
-    non_be: bool
-
-
-@dataclass(frozen=True, slots=True)
-class SuppressConfig:
-    """The NodeSLO settings CPU suppress reads (`enable` None: the switch is missing, skip the round)."""
-
-    enable: bool | None
-    threshold_percent: int = DEFAULT_THRESHOLD_PERCENT
-    min_percent: int | None = None
-    policy: Policy = Policy.CPUSET
-    host_apps: tuple[HostApp, ...] = ()
-
-
-@dataclass(frozen=True)
-class SuppressInputs:
-    """Everything one CPU-suppress round looks at."""
-
-    config: SuppressConfig
-    pods: Mapping[str, PodInfo]
-    node: NodeInfo | None
-    node_used: float | None  # cores, Last; None when the query failed
-    pod_used: Mapping[str, float]  # cores by pod uid (only pods with a sample)
-    host_app_used: Mapping[str, float]
-    processors: Sequence[Processor]
-    be_quota: int | None  # current besteffort cpu.cfs_quota_us (None: unreadable)
-    be_cpuset: tuple[int, ...] | None  # current besteffort cpuset.cpus (None: unreadable)
-    be_dirs: Sequence[BEDir] = ()  # besteffort dir, pod dirs, container dirs in walk order
-    pod_dirs: Mapping[str, str] = field(default_factory=dict)  # BE pod uid → its cgroup dir (relative)
-    reserved_cpus: frozenset[int] = frozenset()
-    system_qos_exclusive: frozenset[int] = frozenset()
-    cpu_manager_policy: str = ""
-    reserved_milli: int = 0
-    be_cpu_manager: bool = False  # gate BECPUManager
-    hysteresis_percent: float = 0.0  # --cpu-suppress-hysteresis-percent (0: koordlet's 1 % bypass only)
-    tighten_milli: int = 0  # held below the target by this much, not below the floor (the PSI rule)
-    awaiting_sample: tuple[
-        str, ...
-    ] = ()  # running BE pods whose first CPU sample is to come (suppresssamples)
-
-
-# -- pure calculations ---------------------------------------------------------------------------------------
-
-
-def be_suppress_milli(
-    capacity_milli: int,
-    threshold_percent: int,
-    pod_non_be: float,
-    host_app_non_be: float,
-    system: float,
-    min_percent: int | None = None,
-) -> int:
-    """calculateBESuppressCPU: capacity × threshold − non-BE pods − non-BE host apps − system, min floor."""
-    suppress = (
-        capacity_milli * threshold_percent // 100
-        - int(pod_non_be * 1000)
-        - int(host_app_non_be * 1000)
-        - int(system * 1000)
-    )
-    if min_percent is not None:
-        suppress = max(suppress, capacity_milli * min_percent // 100)
-    return suppress
-
-
-def suppress_floor(capacity_milli: int, cfg: SuppressConfig) -> int:
-    """The least BE suppress can go to: the NodeSLO's minimum, else the policy's floor (the minimum quota;
-    BE_MIN_CPUSET_CORES CPUs)."""
-    policy_floor = (
-        BE_MIN_QUOTA * 1000 // CFS_PERIOD if cfg.policy is Policy.CFS_QUOTA else BE_MIN_CPUSET_CORES * 1000
-    )
-    if cfg.min_percent is not None:
-        return max(policy_floor, capacity_milli * cfg.min_percent // 100)
-    return policy_floor
-
-
-def quota_target(suppress_milli: int) -> int:
-    """The quota for a suppress amount before the bypass and step limits: milli × 100, at least 2000."""
-    return max(_div_trunc(suppress_milli * CFS_PERIOD, 1000), BE_MIN_QUOTA)
-
-
-def plan_cfs_quota(suppress_milli: int, current_quota: int, capacity_milli: int) -> int | None:
-    """adjustByCfsQuota: the quota to write, or None when the change is below the 1 % bypass."""
-    new = quota_target(suppress_milli)
-    cores = math.ceil(capacity_milli / 1000)
-    min_delta = cores * CFS_PERIOD * BYPASS_RATIO
-    if abs(new - current_quota) < min_delta and new != BE_MIN_QUOTA:
-        return None
-    max_increase = int(cores * CFS_PERIOD * BE_MAX_INCREASE_PERCENT)
-    if new - current_quota > max_increase and current_quota != UNSET_QUOTA:
-        new = current_quota + max_increase
-    return new
-
-
-def _div_trunc(a: int, b: int) -> int:
-    """Integer division truncating toward zero (Go semantics)."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
-def be_cpu_count(suppress_milli: int, old_len: int, all_processors: int) -> int:
-    """CPUs for BE: ceil(milli/1000), at least 2, growing by at most ceil(10 % of CPUs) per round."""
-    cpus = math.ceil(suppress_milli / 1000)
-    cpus = max(cpus, BE_MIN_CPUSET_CORES)
-    max_increase = math.ceil(all_processors * BE_MAX_INCREASE_PERCENT)
-    if cpus - old_len > max_increase:
-        cpus = old_len + max_increase
-    return cpus
-
-
-def pick_suppressed_cpuset(cpus: int, lsr: Sequence[Processor], ls: Sequence[Processor]) -> list[int] | None:
-    """Split `cpus` between the LSR and LS pools in proportion and pick from each; None: both pools empty."""
-    if not lsr and not ls:
-        return None
-    lsr_num = cpus * len(lsr) // (len(lsr) + len(ls))
-    return pick_be_cpus(lsr_num, lsr) + pick_be_cpus(cpus - lsr_num, ls)
-
-
-def cpu_pools(
-    processors: Sequence[Processor],
-    cpu_qos: Mapping[int, QoSClass],
-    excluded: frozenset[int],
-) -> tuple[list[Processor], list[Processor]]:
-    """(LSR pool, LS pool): non-excluded CPUs bound to LSR pods, and those not bound to LSR or LSE pods."""
-    lsr: list[Processor] = []
-    ls: list[Processor] = []
-    for p in processors:
-        if p.cpu_id in excluded:
-            continue
-        qos = cpu_qos.get(p.cpu_id)
-        if qos is QoSClass.LSR:
-            lsr.append(p)
-        elif qos is not QoSClass.LSE:
-            ls.append(p)
-    return lsr, ls
-
-
-def recovery_cpuset(
-    processors: Sequence[Processor], excluded: frozenset[int], lse_cpus: frozenset[int]
-) -> frozenset[int]:
-    """calcBECPUSet: every CPU except system-QoS-exclusive, reserved and LSE-bound ones."""
-    return frozenset(p.cpu_id for p in processors) - excluded - lse_cpus
-
-
 # -- the strategy --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class SuppressPlan:
-    """One round's outcome: writes in order, and what was computed (for decisions and tests)."""
-
-    writes: list[CgroupWrite] = field(default_factory=list)
-    suppress_milli: int | None = None
-    skipped: str = ""
-    own_milli: int | None = None  # the target before the PSI rule's tightening
-    floor_milli: int = 0  # the least it can be: the NodeSLO's minimum, the quota or cpuset floor
 
 
 class CPUSuppress:
@@ -454,7 +285,7 @@ class CPUSuppress:
         if inp.processors:
             value = format_cpuset(self.be_cpuset(inp, pod_cpusets))
             bound = tuple(
-                sorted(uid for uid in inp.pod_dirs if _bound_by_scheduler(inp.pods.get(uid), pod_cpusets))
+                sorted(uid for uid in inp.pod_dirs if bound_by_scheduler(inp.pods.get(uid), pod_cpusets))
             )
             if self._unchanged("recover-cpuset-be-cpu-manager", (value, inp.be_dirs, bound)):
                 self.statuses[Policy.CPUSET] = Status.RECOVERED
@@ -484,7 +315,7 @@ class CPUSuppress:
             return []
         value = format_cpuset(self.be_cpuset(inp, pod_cpusets))
         bound_dirs = [
-            d for uid, d in inp.pod_dirs.items() if _bound_by_scheduler(inp.pods.get(uid), pod_cpusets)
+            d for uid, d in inp.pod_dirs.items() if bound_by_scheduler(inp.pods.get(uid), pod_cpusets)
         ]
         writes = []
         for d in inp.be_dirs:
@@ -546,103 +377,6 @@ class CPUSuppress:
             CgroupWrite(d.path, CPUSET_CPUS, new, level_of(d.depth), reason=reason) for d in reversed(dirs)
         ]
         return writes
-
-
-def scheduler_cpusets(pods: Mapping[str, PodInfo]) -> dict[str, frozenset[int]]:
-    """Resource-status cpusets by pod uid (malformed annotations are reported by the pod model)."""
-    out: dict[str, frozenset[int]] = {}
-    for uid, pod in pods.items():
-        rs = pod.resource_status
-        if rs is not None and rs.cpuset:
-            out[uid] = frozenset(rs.cpus)
-    return out
-
-
-def _bound_by_scheduler(pod: PodInfo | None, pod_cpusets: Mapping[str, frozenset[int]]) -> bool:
-    if pod is None:
-        return False
-    rs = pod.resource_status
-    return bool(pod_cpusets.get(pod.uid)) or (rs is not None and bool(rs.numa_node_resources))
-
-
-# -- wiring: NodeSLO and the node into inputs; the round -----------------------------------------------------
-
-
-def suppress_config(slo: NodeSLO | None) -> SuppressConfig:
-    """SuppressConfig from a (merged) NodeSLO; a missing switch gives `enable=None` (skip the round)."""
-    disabled, err = is_feature_disabled(slo, "BECPUSuppress")
-    if err is not None or slo is None:
-        return SuppressConfig(enable=None)
-    t = slo.resource_used_threshold_with_be
-    assert t is not None  # is_feature_disabled checked it
-    threshold = t.cpu_suppress_threshold_percent
-    return SuppressConfig(
-        enable=not disabled,
-        threshold_percent=DEFAULT_THRESHOLD_PERCENT if threshold is None else threshold,
-        min_percent=t.cpu_suppress_min_percent,
-        policy=Policy(t.cpu_suppress_policy or Policy.CPUSET.value),
-        host_apps=tuple(HostApp(a.name, non_be_host_app(a)) for a in slo.host_applications),
-    )
-
-
-def host_app_used(store: MetricStore, slo: NodeSLO | None) -> dict[str, float]:
-    """CollectAllHostAppMetricsLast(cpu): cores by NodeSLO host application name; unmeasured ones omitted."""
-    out: dict[str, float] = {}
-    for app in slo.host_applications if slo is not None else ():
-        v = store.last(MetricKind.HOST_APP_CPU_USAGE, app.name)
-        if v is not None:
-            out[app.name] = v
-    return out
-
-
-def build_inputs(state: NodeState, env: StrategyEnv) -> SuppressInputs:
-    """Read what one round needs: metrics (Last window), the BE cgroups, topology and node annotations."""
-    store = env.store
-    pods = state.pods
-    # system usage is smoothed over --cpu-suppress-usage-window-seconds (suppresssmoothing.py)
-    samples = window_samples(env.config.qos.cpu_suppress_usage_window_seconds, env.collect_interval)
-    node_used, pod_used = suppress_usage(store, pods, samples)
-    pod_dirs: dict[str, str] = {}
-    for uid, pod in pods.items():
-        if pod.kube_qos is KubeQoS.BESTEFFORT:
-            d = env.pod_dir(pod)
-            if d is not None:
-                pod_dirs[uid] = d
-    return assemble_inputs(state, env, node_used, pod_used, env.be_cpuset_dirs(CONTAINER_DEPTH), pod_dirs)
-
-
-def assemble_inputs(
-    state: NodeState,
-    env: StrategyEnv,
-    node_used: float | None,
-    pod_used: Mapping[str, float],
-    be_dirs: Sequence[BEDir],
-    pod_dirs: Mapping[str, str],
-    awaiting_sample: tuple[str, ...] = (),
-) -> SuppressInputs:
-    """SuppressInputs from the usage and BE dirs a caller gathered, plus what state and env give directly."""
-    node = state.node
-    return SuppressInputs(
-        config=suppress_config(state.node_slo),
-        pods=state.pods,
-        node=node,
-        node_used=node_used,
-        pod_used=pod_used,
-        host_app_used=host_app_used(env.store, state.node_slo),
-        processors=env.processors(),
-        be_quota=env.be_quota(),
-        be_cpuset=env.be_cpuset(),
-        be_dirs=be_dirs,
-        pod_dirs=pod_dirs,
-        reserved_cpus=reserved_cpus(node),
-        system_qos_exclusive=system_qos_exclusive_cpus(node),
-        cpu_manager_policy=cpu_manager_policy(node),
-        reserved_milli=node.reserved()["cpu"] if node is not None else 0,
-        be_cpu_manager=env.config.gate("BECPUSuppress") and env.config.gate("BECPUManager"),
-        hysteresis_percent=env.config.qos.cpu_suppress_hysteresis_percent,
-        tighten_milli=env.tightening.milli,
-        awaiting_sample=awaiting_sample,
-    )
 
 
 class CPUSuppressStrategy:
