@@ -16,8 +16,9 @@ from koordqos.cgroups.resources import CgroupVersion
 from koordqos.config import build_config
 from koordqos.decisions import DecisionLog
 from koordqos.events.types import MetricTick, PodDeleted, PodUpserted
-from koordqos.metrics.collector import MISSING, ContainerDemand, MetricsCollector
+from koordqos.metrics.collector import ContainerDemand, MetricsCollector
 from koordqos.metrics.store import MetricStore
+from koordqos.metrics.telemetry import MISSING
 from koordqos.metrics.topology import read_topology
 from koordqos.metrics.types import MetricKind, MetricSnapshot
 from koordqos.model.keys import BATCH_CPU, LABEL_QOS

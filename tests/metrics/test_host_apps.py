@@ -18,9 +18,10 @@ from koordqos.config import build_config
 from koordqos.decisions import DecisionLog
 from koordqos.errors import CgroupError, PathEscapeError
 from koordqos.events.types import NodeSLOUpdated, NodeUpdated, PodUpserted
-from koordqos.metrics.collector import HOST_APP_REFUSED, MISSING, MetricsCollector
+from koordqos.metrics.collector import MetricsCollector
 from koordqos.metrics.hostapp import host_app_dir
 from koordqos.metrics.store import MetricStore
+from koordqos.metrics.telemetry import HOST_APP_REFUSED, MISSING
 from koordqos.metrics.topology import read_topology
 from koordqos.metrics.types import MetricKind
 from koordqos.model.keys import LABEL_QOS

@@ -12,7 +12,8 @@ from koordqos.bus import EventBus
 from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.events.types import PodUpserted
-from koordqos.metrics.collector import MetricsCollector, numa_anon_of
+from koordqos.metrics.collector import MetricsCollector
+from koordqos.metrics.podplan import numa_anon_of
 from koordqos.metrics.procfs import numa_memory_used, parse_cpu_busy, parse_node_meminfo
 from koordqos.metrics.store import MetricStore
 from koordqos.metrics.topology import read_topology

@@ -17,22 +17,18 @@ stored by app name; a cgroupPath that would leave the cgroup root is refused (lo
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
 import structlog
-from prometheus_client import Counter, Histogram
 
 from koordqos import observability as obs
 from koordqos.bus import EventBus
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.cgroups.reader import (
     CgroupReader,
-    FileSet,
     memory_figures_of,
     throttle_counts_of,
     usage_ns_of,
@@ -42,6 +38,7 @@ from koordqos.cgroups.resources import CgroupVersion
 from koordqos.errors import CgroupError, PathEscapeError, detached
 from koordqos.events.types import MetricTick
 from koordqos.metrics.hostapp import host_app_dir
+from koordqos.metrics.podplan import ContainerPlan, PodPlan, numa_anon_of, pod_files, read_sets
 from koordqos.metrics.procfs import (
     USER_HZ,
     CpuTicks,
@@ -53,6 +50,7 @@ from koordqos.metrics.procfs import (
     read_text,
 )
 from koordqos.metrics.store import MetricStore
+from koordqos.metrics.telemetry import HOST_APP_REFUSED, MISSING, ROUND_SECONDS
 from koordqos.metrics.topology import CpuTopology
 from koordqos.metrics.types import (
     BESample,
@@ -73,25 +71,6 @@ from koordqos.state import NodeState
 
 log = structlog.get_logger("koordqos.metrics")
 
-MISSING = Counter(
-    "koordqos_metrics_missing_total",
-    "Samples not taken because a source file or cgroup was missing or malformed",
-    ["source"],
-    registry=obs.REGISTRY,
-)
-HOST_APP_REFUSED = Counter(
-    "koordqos_metrics_host_app_refused_total",
-    "NodeSLO host applications not measured because their cgroupPath was refused",
-    ["reason"],
-    registry=obs.REGISTRY,
-)
-ROUND_SECONDS = Histogram(
-    "koordqos_metrics_round_seconds",
-    "CPU time of one metrics collection round",
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1),
-    registry=obs.REGISTRY,
-)
-
 _NO_APPS: Mapping[str, HostAppSample] = MappingProxyType({})
 # one synchronous slice of a round (reading and parsing pods) yields to the loop after this long
 YIELD_AFTER_SECONDS = 0.002
@@ -103,90 +82,6 @@ DROP_SLICE = 64
 ContainerDemand = Callable[[PodInfo, NodeState], ContainerSeries]
 """Which container series of a pod some consumer reads. It may depend on the pod, the NodeSLO and static
 configuration only: the collector asks again only when the pod's PodInfo or the NodeSLO object changes."""
-
-
-@dataclass(frozen=True, slots=True)
-class _ContainerPlan:
-    id: str
-    name: str
-    dir: str
-    cpu_key: str
-    thr_key: str
-
-
-@dataclass(frozen=True, slots=True)
-class _PodPlan:
-    """A pod's dirs, counter keys and its FileSet: pod files first (CPU usage, memory usage, memory.stat),
-    then per container (when `series` asks for them) CPU usage and, on v1, cpu.stat (v2: one cpu.stat serves
-    usage and throttling), then memory usage and memory.stat. `slo` is the NodeSLO the demand was asked under
-    (None without a demand)."""
-
-    pod: PodInfo
-    dir: str
-    cpu_key: str
-    containers: tuple[_ContainerPlan, ...]
-    files: FileSet
-    series: ContainerSeries
-    slo: object
-    read_cpu: bool
-    read_memory: bool
-    numa: bool = False  # memory.numa_stat is the fourth file (multi-NUMA nodes only)
-
-
-def _pod_files(
-    v2: bool, pod_dir: str, container_dirs: list[str], series: ContainerSeries, numa: bool = False
-) -> list[tuple[str, str, str]]:
-    cpu = ("cpu", "cpu.stat") if v2 else ("cpuacct", "cpuacct.usage")
-    usage = "memory.current" if v2 else "memory.usage_in_bytes"
-    out = [(pod_dir, *cpu), (pod_dir, "memory", usage), (pod_dir, "memory", "memory.stat")]
-    if numa:
-        out.append((pod_dir, "memory", "memory.numa_stat"))
-    read_cpu = ContainerSeries.CPU in series
-    read_memory = ContainerSeries.MEMORY in series
-    for d in container_dirs:
-        if read_cpu:
-            out.append((d, *cpu))
-            if not v2:
-                out.append((d, "cpu", "cpu.stat"))
-        if read_memory:
-            out += [(d, "memory", usage), (d, "memory", "memory.stat")]
-    return out
-
-
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def numa_anon_of(data: bytes | None, v2: bool, page_size: int = _PAGE_SIZE) -> dict[int, int] | None:
-    """anon + unevictable bytes per NUMA node from a pod's `memory.numa_stat` (v1: the `hierarchical_` lines,
-    in pages; v2: `anon` / `unevictable`, in bytes); None when the file is missing or has neither line."""
-    if data is None:
-        return None
-    keys = (b"anon", b"unevictable") if v2 else (b"hierarchical_anon", b"hierarchical_unevictable")
-    scale = 1 if v2 else page_size
-    out: dict[int, int] = {}
-    found = False
-    for line in data.splitlines():
-        fields = line.split()
-        if not fields:
-            continue
-        name = fields[0].split(b"=", 1)[0] if not v2 else fields[0]
-        if name not in keys:
-            continue
-        found = True
-        for item in fields[1:]:
-            key, sep, value = item.partition(b"=")
-            if not sep or not key.startswith(b"N"):
-                continue
-            try:
-                out[int(key[1:])] = out.get(int(key[1:]), 0) + int(value) * scale
-            except ValueError:
-                continue
-    return out if found else None
-
-
-def _read_sets(clock: Callable[[], float], plans: list[_PodPlan]) -> list[tuple[float, list[bytes | None]]]:
-    """Read every plan's files (in a worker thread: no loop state is touched), each with its time."""
-    return [(clock(), p.files.read()) for p in plans]
 
 
 class MetricsCollector:
@@ -233,13 +128,13 @@ class MetricsCollector:
         self._prev_thr: dict[str, tuple[int, int]] = {}  # throttle key → (nr_periods, nr_throttled)
         self._prev_node: tuple[CpuTicks, float] | None = None
         self._warned: SeenOnce[str] = SeenOnce()
-        self._plans: dict[str, _PodPlan] = {}
+        self._plans: dict[str, PodPlan] = {}
         # NodeState replaces its pods mapping on every change: per-mapping sums are kept until it does
         self._be_request_of: Mapping[str, PodInfo] | None = None
         self._round_of: Mapping[str, PodInfo] | None = None
         self._round_slo: object = None
         self._round_pods: list[PodInfo] = []
-        self._round_plans: list[_PodPlan] = []
+        self._round_plans: list[PodPlan] = []
         self._round_bad: list[PodInfo] = []
         self._be_request_total = 0
         # host app cgroupPath → its dir, or the error refusing it (checked once per distinct path)
@@ -330,7 +225,7 @@ class MetricsCollector:
         read: list[tuple[float, list[bytes | None]]] | None = None
         spent += time.process_time() - cpu0
         if self.read_in_thread and plans:
-            read = await asyncio.to_thread(_read_sets, self._clock, plans)
+            read = await asyncio.to_thread(read_sets, self._clock, plans)
         else:  # what ran before (the caller's tail, /proc, the plans) is one slice; the pods start afresh
             await asyncio.sleep(0)
         cpu0 = time.process_time()
@@ -469,7 +364,7 @@ class MetricsCollector:
         periods = nr_periods - prev[0]
         return 0.0 if periods == 0 else (nr_throttled - prev[1]) / periods
 
-    def _plan(self, pod: PodInfo, state: NodeState, slo: object) -> _PodPlan | None:
+    def _plan(self, pod: PodInfo, state: NodeState, slo: object) -> PodPlan | None:
         """The pod's cgroup dirs, counter keys and open files, built once per PodInfo (and NodeSLO, with a
         demand: path building and opening are not free); a new plan with the same files keeps them open."""
         plan = self._plans.get(pod.uid)
@@ -484,7 +379,7 @@ class MetricsCollector:
             return None
         demand = self.container_demand
         series = ContainerSeries.ALL if demand is None else demand(pod, state)
-        containers: list[_ContainerPlan] = []
+        containers: list[ContainerPlan] = []
         measured = (*pod.containers, *(i for i in pod.init_containers if i.sidecar)) if series else ()
         for c in measured:
             if not c.container_id:
@@ -501,15 +396,15 @@ class MetricsCollector:
                     error=str(exc),
                 )
                 continue
-            containers.append(_ContainerPlan(c.container_id, c.name, cdir, "cpu:" + cdir, "thr:" + cdir))
-        entries = _pod_files(self._v2, pod_dir, [c.dir for c in containers], series, self._multi_numa)
+            containers.append(ContainerPlan(c.container_id, c.name, cdir, "cpu:" + cdir, "thr:" + cdir))
+        entries = pod_files(self._v2, pod_dir, [c.dir for c in containers], series, self._multi_numa)
         if plan is not None and plan.files.entries == tuple(entries):
             files = plan.files
         else:
             if plan is not None:
                 plan.files.close()
             files = self.reader.file_set(entries)
-        plan = _PodPlan(
+        plan = PodPlan(
             pod,
             pod_dir,
             "cpu:" + pod_dir,
@@ -524,8 +419,8 @@ class MetricsCollector:
         self._plans[pod.uid] = plan
         return plan
 
-    def _pod(self, plan: _PodPlan, at: float, data: list[bytes | None], seen: set[str]) -> PodSample | None:
-        """A pod's sample from its files' contents (see _PodPlan for their order)."""
+    def _pod(self, plan: PodPlan, at: float, data: list[bytes | None], seen: set[str]) -> PodSample | None:
+        """A pod's sample from its files' contents (see PodPlan for their order)."""
         v2 = self._v2
         rate = self._rate
         cpu_ns = rate(plan.cpu_key, usage_ns_of(data[0], v2), at, seen)
@@ -547,9 +442,9 @@ class MetricsCollector:
         return PodSample(uid, cpu, figures[0], containers, figures[1], figures[2], numa)
 
     def _containers(
-        self, plan: _PodPlan, at: float, data: list[bytes | None], seen: set[str]
+        self, plan: PodPlan, at: float, data: list[bytes | None], seen: set[str]
     ) -> tuple[ContainerSample, ...]:
-        """The containers' samples (their files follow the pod's three; see _PodPlan for the order)."""
+        """The containers' samples (their files follow the pod's three; see PodPlan for the order)."""
         v2 = self._v2
         read_cpu, read_memory = plan.read_cpu, plan.read_memory
         i = 4 if plan.numa else 3
