@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from koordqos.cgroups.reader import CgroupReader, CpuStat, mount_fs_type, parse_flat_keyed, stat_value
+from koordqos.cgroups.parse import CpuStat, parse_flat_keyed, stat_value
+from koordqos.cgroups.reader import CgroupReader, mount_fs_type
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.testing.nodefs import SyntheticNode
 

@@ -11,8 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from koordqos.cgroups.layout import CgroupDriver
-from koordqos.cgroups.reader import (
-    CgroupReader,
+from koordqos.cgroups.parse import (
     cpu_stat_of,
     lru_of,
     memory_figures_of,
@@ -20,6 +19,7 @@ from koordqos.cgroups.reader import (
     throttle_counts_of,
     working_set_of,
 )
+from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.scratchcg import REAL_SUBSYSTEMS, Scratch

@@ -27,13 +27,8 @@ import structlog
 from koordqos import observability as obs
 from koordqos.bus import EventBus
 from koordqos.cgroups.layout import CgroupLayout
-from koordqos.cgroups.reader import (
-    CgroupReader,
-    memory_figures_of,
-    throttle_counts_of,
-    usage_ns_of,
-    working_set_of,
-)
+from koordqos.cgroups.parse import memory_figures_of, throttle_counts_of, usage_ns_of, working_set_of
+from koordqos.cgroups.reader import CgroupReader
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.errors import CgroupError, PathEscapeError, detached
 from koordqos.events.types import MetricTick

@@ -7,9 +7,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from koordqos.cgroups.reader import (
-    FileSet,
-)
+from koordqos.cgroups.reader import FileSet
 from koordqos.metrics.types import (
     ContainerSeries,
 )

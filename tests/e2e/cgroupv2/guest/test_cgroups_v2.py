@@ -15,7 +15,8 @@ import pytest
 
 from koordqos.cgroups.executor import CgroupExecutor, CgroupWrite, Level, Outcome
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
-from koordqos.cgroups.reader import CgroupReader, CpuStat, mount_fs_type, read_procs
+from koordqos.cgroups.parse import CpuStat
+from koordqos.cgroups.reader import CgroupReader, mount_fs_type, read_procs
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.cgroups.roots import available_controllers, check_host_roots, missing_controllers
 from koordqos.decisions import DecisionLog
