@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from koordqos.cli import validate_file
 from koordqos.errors import ConfigError, ModelError
 from koordqos.model.cpuset import format_cpuset, parse_cpuset
+from koordqos.model.memoryqos import default_memory_qos
 from koordqos.model.node import parse_node
 from koordqos.model.nodeslo import (
     CPUBurstConfig,
     NodeSLO,
     ResourceThresholdStrategy,
-    default_memory_qos,
     default_nodeslo,
     is_feature_disabled,
     merge_pod_cpu_burst,

@@ -12,7 +12,8 @@ from koordqos.cgroups.executor import CgroupWrite, Level
 from koordqos.cgroups.layout import CgroupDriver, CgroupLayout
 from koordqos.cgroups.resources import CgroupVersion
 from koordqos.model.keys import BATCH_MEMORY
-from koordqos.model.nodeslo import NodeSLO, default_memory_qos, parse_nodeslo
+from koordqos.model.memoryqos import default_memory_qos
+from koordqos.model.nodeslo import NodeSLO, parse_nodeslo
 from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.qos import KubeQoS
 from koordqos.strategies.memoryqos import (

@@ -26,13 +26,8 @@ from koordqos.cgroups.executor import CgroupWrite, Level
 from koordqos.cgroups.layout import CgroupLayout
 from koordqos.errors import KoordQoSError
 from koordqos.model.keys import BATCH_MEMORY
-from koordqos.model.nodeslo import (
-    NONE_MEMORY_QOS,
-    MemoryQOS,
-    NodeSLO,
-    default_memory_qos,
-    without_invalid_memory_qos,
-)
+from koordqos.model.memoryqos import default_memory_qos, without_invalid_memory_qos
+from koordqos.model.nodeslo import NONE_MEMORY_QOS, MemoryQOS, NodeSLO
 from koordqos.model.pod import ContainerInfo, PodInfo
 from koordqos.model.qos import KubeQoS, QoSClass
 from koordqos.model.quantity import to_int
