@@ -3,8 +3,8 @@ the NodeResourceTopology writer and the standalone Node batch-resource patcher. 
 `WriteOutcome`; none raises for API errors.
 
 NodeMetric (R1–R7): PUT `/status` with the last known resourceVersion; on 409 GET the object from the API
-server (PD-5) and retry, at most 4 attempts with backoff 10 ms × 5^k (jittered); 404 → `missing` (never
-create); 429/5xx/timeouts → `failed`, next round retries (a 429's Retry-After is honoured); a token bucket
+server (not a cache; docs/reporting.md) and retry, at most 4 attempts with backoff 10 ms × 5^k
+(jittered); 404 → `missing` (never create); 429/5xx/timeouts → `failed`, next round retries (a 429's Retry-After is honoured); a token bucket
 (0.1 QPS, burst 2) and a minimum interval between writes; no write when the report is unchanged within the
 minimum interval. The spec and metadata are never written.
 """
@@ -208,7 +208,7 @@ class NodeMetricWriter:
                 if exc.status == 409:
                     conflicts += 1
                     CONFLICTS.labels(self.kind).inc()
-                    obj = None  # PD-5: re-read from the API server, not a cache
+                    obj = None  # re-read from the API server, not a cache (docs/reporting.md)
                     if attempt + 1 < self.attempts:
                         await self.sleep(_backoff(attempt))
                     continue

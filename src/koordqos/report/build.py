@@ -30,7 +30,7 @@ ClientSource = KubeClient | Callable[[], Awaitable[KubeClient]]
 
 
 def explicit_kubelet(cfg: AgentConfig) -> KubeletCPUManager | None:
-    """PD-10 source (1): the kubelet settings given to the agent, None when no policy is configured."""
+    """Kubelet source (1): the kubelet settings given to the agent, None when no policy is configured."""
     r = cfg.report
     if not r.kubelet_cpu_manager_policy:
         return None
@@ -44,7 +44,7 @@ def explicit_kubelet(cfg: AgentConfig) -> KubeletCPUManager | None:
 
 
 def configz_fetcher(client: ClientSource, node_name: str) -> Callable[[], Awaitable[dict[str, Any]]]:
-    """PD-10 source (2): the kubelet's /configz through the API server's node proxy (`nodes/proxy` get)."""
+    """Kubelet source (2): the kubelet's /configz through the API server's node proxy (`nodes/proxy` get)."""
 
     async def fetch() -> dict[str, Any]:
         c = client if isinstance(client, KubeClient) else await client()
@@ -54,7 +54,7 @@ def configz_fetcher(client: ClientSource, node_name: str) -> Callable[[], Awaita
 
 
 def kubelet_sources(cfg: AgentConfig, client: ClientSource | None) -> KubeletSources:
-    """All PD-10 sources the configuration allows."""
+    """All kubelet sources (docs/reporting.md) the configuration allows."""
     fetch = None
     if client is not None and not cfg.report.disable_query_kubelet_config:
         fetch = configz_fetcher(client, cfg.node_name)

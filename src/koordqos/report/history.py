@@ -1,8 +1,8 @@
 """ReportHistory: the samples the NodeMetric report is computed from, at bounded memory.
 
 Separate from the QoS strategies' `MetricStore` because the report needs other definitions (pod memory as
-anonymous pages, PD-2; per-tick system usage, §1.5) and other retentions (node and system series for the
-longest aggregated duration, 30 min by default; pod and host-app series for the aggregate window, 5 min).
+anonymous pages, docs/reporting.md; per-tick system usage, §1.5) and other retentions (node and system
+series for the longest aggregated duration, 30 min by default; pod and host-app series for the aggregate window, 5 min).
 
 Every series is a fixed-capacity ring of (monotonic time, value) in two `array('d')`s: 16 bytes a point, no
 per-sample objects. A series never holds more than `max_points`; when a retention would need more at the
@@ -140,7 +140,7 @@ class EntitySeries:
     """CPU (cores) and memory (bytes) series of a pod or host application, both memory definitions."""
 
     cpu: Series
-    memory: Series  # anon + unevictable (usageWithoutPageCache, PD-2)
+    memory: Series  # anon + unevictable (usageWithoutPageCache: docs/reporting.md)
     memory_with_cache: Series  # anon + unevictable + active/inactive file (usageWithPageCache)
 
 

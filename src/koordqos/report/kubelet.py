@@ -1,7 +1,7 @@
-"""The kubelet's CPU manager as the NRT reports it (koordinator-reporting.md §2.3, §2.7, PD-10). Sans-I/O:
+"""The kubelet's CPU manager as the NRT reports it (docs/reporting.md, "Kubelet sources, in order"). Sans-I/O:
 parsers for the `cpu_manager_state` checkpoint and the `/configz` document, and the merge of the sources.
 
-PD-10 source order: (1) explicit agent configuration, (2) the kubelet's configz, (3) the checkpoint's
+The source order: (1) explicit agent configuration, (2) the kubelet's configz, (3) the checkpoint's
 `policyName` (no reserved CPUs). With none, the reporter keeps the previous annotations: `{"policy":"none"}`
 is never guessed, since the scheduler would then hand out CPUs the kubelet has pinned.
 """
@@ -38,7 +38,7 @@ class CheckpointState:
 
 @dataclass(frozen=True, slots=True)
 class KubeletCPUManager:
-    """What the NRT says about the kubelet; `source` names the PD-10 source it came from."""
+    """What the NRT says about the kubelet; `source` names the source it came from."""
 
     policy: str
     options: Mapping[str, str] = field(default_factory=dict)
@@ -113,7 +113,7 @@ def from_checkpoint(state: CheckpointState) -> KubeletCPUManager | None:
 
 
 def choose(*sources: KubeletCPUManager | None) -> KubeletCPUManager | None:
-    """The first available source (PD-10 order is the argument order)."""
+    """The first available source (the kubelet-source order is the argument order)."""
     for s in sources:
         if s is not None:
             return s

@@ -4,7 +4,7 @@ the complete `status` to write, or why no status may be written (koordinator-rep
 Pure: reads only its arguments. The status is built whole every round (koordlet replaces it wholesale).
 `prodReclaimableMetric` / `prodPeakMetric` come from the prediction hook (`report.prediction`), given the
 pods that have usage in this report (koordinator-prediction.md §4.5); `numaUsages` from the history's NUMA
-series (§5). PD-1 and PD-4 of the reporting spec are superseded by issue #34 (docs/prediction.md).
+series (§5). The prediction fields and `numaUsages` are reported (issue #34, docs/prediction.md).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class AppMeta:
 
 @dataclass(frozen=True, slots=True)
 class StatusSkipped:
-    """No status this round, and why (PD-6: never a fresh updateTime over an empty node window)."""
+    """No status this round, and why (no fresh updateTime over an empty node window; docs/reporting.md)."""
 
     reason: str
 

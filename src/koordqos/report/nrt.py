@@ -74,7 +74,7 @@ class NRTInputs:
     topology: CpuTopology
     hardware: NodeHardware
     pods: tuple[PodInfo, ...]
-    kubelet: KubeletCPUManager | None = None  # None: no PD-10 source; kubelet keys are not updated
+    kubelet: KubeletCPUManager | None = None  # None: no kubelet source; kubelet keys are not updated
     checkpoint: CheckpointState | None = None
     hugepage_report: bool = False
 
@@ -92,7 +92,7 @@ class NRTDesired:
 
 
 def cpu_topology_annotation(topology: CpuTopology) -> str:
-    """`cpu-topology` with lscpu-style node-wide core ids (PD-9): the next integer for each new
+    """`cpu-topology` with lscpu-style node-wide core ids (docs/reporting.md): the next integer for each new
     (socket, core_id) pair, iterating CPUs by ascending id."""
     ids: dict[tuple[int, int], int] = {}
     detail = []
@@ -220,7 +220,7 @@ def desired(inp: NRTInputs) -> NRTDesired:
 
 
 def skeleton(node_name: str, node_uid: str) -> Json:
-    """The object koordlet creates (§2.1), with PD-8: the ownerReference does not block owner deletion."""
+    """The object koordlet creates, except that the ownerReference does not block owner deletion."""
     meta: Json = {"name": node_name, "labels": {LABEL_MANAGED_BY: "Koordinator"}}
     if node_uid:
         meta["ownerReferences"] = [

@@ -47,7 +47,7 @@ class CollectPolicy:
 
     @property
     def with_page_cache(self) -> bool:
-        """Report memory including page cache; hot-page and unknown policies fall back (PD-3)."""
+        """Report memory including page cache; hot-page and unknown policies fall back (docs/reporting.md)."""
         return self.memory_policy == USAGE_WITH_PAGE_CACHE
 
     @property

@@ -1,7 +1,7 @@
 """Window statistics as koordlet computes them for the NodeMetric report (koordinator-reporting.md §1.3).
 
 The percentile index rule is koordlet's (`fieldPercentileOfMetricList`): sort ascending and take index
-`max(0, floor(n·p) − 1)` — PD-7, value parity with koordlet, kept apart from `MetricStore.percentile`
+`max(0, floor(n·p) − 1)` — parity with koordlet (docs/reporting.md), kept apart from `MetricStore.percentile`
 (nearest rank), which the QoS strategies use.
 """
 

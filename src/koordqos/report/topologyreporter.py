@@ -57,7 +57,7 @@ log = structlog.get_logger("koordqos.report")
 
 @dataclass(frozen=True, slots=True)
 class KubeletSources:
-    """PD-10 inputs: the explicit configuration, a configz fetcher and the kubelet root."""
+    """The kubelet sources' inputs: the explicit configuration, a configz fetcher and the kubelet root."""
 
     explicit: KubeletCPUManager | None = None
     configz: Callable[[], Awaitable[Json]] | None = None
