@@ -4,7 +4,8 @@ the NodeResourceTopology writer and the standalone Node batch-resource patcher. 
 
 NodeMetric (R1–R7): PUT `/status` with the last known resourceVersion; on 409 GET the object from the API
 server (not a cache; docs/reporting.md) and retry, at most 4 attempts with backoff 10 ms × 5^k
-(jittered); 404 → `missing` (never create); 429/5xx/timeouts → `failed`, next round retries (a 429's Retry-After is honoured); a token bucket
+(jittered); 404 → `missing` (never create); 429/5xx/timeouts → `failed`, next round retries (a 429's
+Retry-After is honoured); a token bucket
 (0.1 QPS, burst 2) and a minimum interval between writes; no write when the report is unchanged within the
 minimum interval. The spec and metadata are never written.
 """

@@ -2,7 +2,8 @@
 
 Separate from the QoS strategies' `MetricStore` because the report needs other definitions (pod memory as
 anonymous pages, docs/reporting.md; per-tick system usage, §1.5) and other retentions (node and system
-series for the longest aggregated duration, 30 min by default; pod and host-app series for the aggregate window, 5 min).
+series for the longest aggregated duration, 30 min by default; pod and host-app series for the aggregate
+window, 5 min).
 
 Every series is a fixed-capacity ring of (monotonic time, value) in two `array('d')`s: 16 bytes a point, no
 per-sample objects. A series never holds more than `max_points`; when a retention would need more at the
