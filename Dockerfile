@@ -2,7 +2,7 @@
 # (the Helm chart runs `python -m koordqos run ...` in it). Not built in CI: this workplace has no Docker engine;
 # `nox -s compiled` builds and tests the compiled hot path the same way (tools/compile.py).
 
-# Stage 1: the NRI hot path compiled to C extensions by mypyc (docs/performance.md, "The compiled build").
+# Stage 1: the NRI hot path compiled to C extensions by mypyc (docs/performance-history.md, "The compiled build").
 FROM python:3.11-slim AS compile
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md /src/

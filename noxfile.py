@@ -69,9 +69,9 @@ COMPILED_TESTS = [
 @nox.session(python=PYTHON)
 def compiled(session: nox.Session) -> None:
     """Build the NRI hot path compiled by mypyc (tools/compile.py; needs a C compiler) and run the tests of
-    what it compiles against it: the build the container image runs (docs/performance.md, "The compiled
-    build"). `nox -s compiled -- tests` runs the whole suite against it. KOORDQOS_COMPILE_OPT_LEVEL=0 builds
-    in about half the time (CI): the same code, less optimised by the C compiler."""
+    what it compiles against it: the build the container image runs (docs/performance-history.md, "The
+    compiled build"). `nox -s compiled -- tests` runs the whole suite against it. KOORDQOS_COMPILE_OPT_LEVEL=0
+    builds in about half the time (CI): the same code, less optimised by the C compiler."""
     import os
 
     out = _build_compiled(session, os.environ.get("KOORDQOS_COMPILE_OPT_LEVEL", "3"))

@@ -6,8 +6,8 @@ spend: interrupt handling charged to the running thread (no `CONFIG_IRQ_TIME_ACC
 its host without it being reported as steal. This bench runs one unit of work (≈ 60 µs here) in bursts
 of 50 with a 1 ms sleep between bursts (the CPU idles, as the agent's does between ticks), for `--seconds`,
 and reports how often one unit took more than 2 and 5 ms of CPU: a step of the agent that is 4–10 ms of
-CPU once in a while, anywhere, may be this, not its code (docs/performance.md, session 30). The kernel's
-accounting settings are printed with the figures when /proc/config.gz exists.
+CPU once in a while, anywhere, may be this, not its code (docs/performance-history.md, session 30). The
+kernel's accounting settings are printed with the figures when /proc/config.gz exists.
 
     python bench/jitter.py [--quick] [--runs N] [--seconds S]
 """

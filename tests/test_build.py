@@ -52,7 +52,7 @@ def test_the_tool_compiles_existing_modules_with_the_projects_mypy_settings() ->
     assert tool.HOT_PATH, "nothing to compile"
     for rel in tool.HOT_PATH:
         assert (ROOT / "src" / rel).is_file(), rel
-    # mixins and a generic frozen dataclass do not compile (docs/performance.md, "The compiled build")
+    # mixins and a generic frozen dataclass do not compile (docs/performance-history.md, "The compiled build")
     assert "koordqos/nri/calls.py" not in tool.HOT_PATH
     assert "koordqos/hooks/framework.py" not in tool.HOT_PATH
     ini = tool.mypy_ini(ROOT / "pyproject.toml")

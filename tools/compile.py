@@ -4,7 +4,8 @@ The package is copied to DIR (default `.build/compiled`) and the modules of `HOT
 extensions by mypyc, with the project's mypy configuration (strict, the pydantic plugin). Everything else
 stays interpreted; an extension module is imported before the `.py` beside it, so `PYTHONPATH=DIR` runs the
 compiled build with the same source. Needs mypy (the `dev` extra) and a C compiler with Python's headers.
-docs/performance.md, "The compiled build", says what it gains and how it is tested; the image builds it.
+docs/performance-history.md, "The compiled build", says what it gains and how it is tested; the image
+builds it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # together, 102 tests failed). state.py alone, with NodeState's `__init__` declared, passes every test and
 # takes 8 % off a new container's NRI calls, but interpreted code then reads a state's fields through the
 # native class's descriptors, 3× slower (6 → 20 ns a read): the whole agent spent more (200 pods with
-# churn 5.3 → 5.9 % of a core; docs/performance.md, session 30). Not adopted.
+# churn 5.3 → 5.9 % of a core; docs/performance-history.md, session 30). Not adopted.
 HOT_PATH = (
     "koordqos/nri/mux.py",
     "koordqos/nri/ttrpc.py",

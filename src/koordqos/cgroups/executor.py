@@ -262,8 +262,8 @@ class CgroupExecutor:
         """Distrust the values cached for the dir `parent` and every dir under it (all of them when empty),
         so the next intents there are re-checked: a pod's dir may be made again (a sandbox re-created) with
         the kernel's defaults. O(1): noted, not swept — the cache holds the values of every pod, and
-        rebuilding it for one pod cost 2–6 ms at 1,000 pods (docs/performance.md); the values themselves
-        expire within a force-update period."""
+        rebuilding it for one pod cost 2–6 ms at 1,000 pods (docs/performance-history.md, session 30); the
+        values themselves expire within a force-update period."""
         if not parent:
             self._cache.clear()
             self._paths.clear()

@@ -298,7 +298,7 @@ def pod_extended(pod: PodInfo) -> ExtendedResourceSpec | None:
     if hit is None and len(_EXTENDED_OF_POD) >= _EXTENDED_CACHE_SIZE:
         _EXTENDED_OF_POD.clear()  # more pod objects alive than a node has pods: bounded all the same
     # a plain weakref.ref with a closure naming the entry: a compiled build crashed calling a weakref.ref
-    # subclass (docs/performance.md, "The compiled build")
+    # subclass (docs/performance-history.md, "The compiled build")
     uid = pod.uid
     ref = weakref.ref(pod, lambda gone: _pod_gone(uid, gone))
     _EXTENDED_OF_POD[uid] = (ref, ext)
