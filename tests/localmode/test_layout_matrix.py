@@ -251,10 +251,22 @@ async def test_every_node_shape(shape: str, driver: CgroupDriver, short_dir: Pat
 
         # (the simulated counters advance with wall time: on a loaded machine a round can see a late sample
         # as system usage and cut deeper for a round; the quota settles in the range)
+        def suppress_state() -> str:
+            """What CPU suppress last planned and read (for the failure message)."""
+            manager = n.agent.parts.qos_manager
+            runner = manager.runners.get("BECPUSuppress") if manager is not None else None
+            plan = getattr(runner.strategy, "last_plan", None) if runner is not None else None
+            store = n.agent.services.metric_store
+            runs = runner.runs if runner is not None else None
+            return (
+                f"quota {quota()}, runs {runs}, plan {plan}, node cpu {store.last(MetricKind.NODE_CPU_USAGE)}, "
+                f"BE pod cpu {store.last(MetricKind.POD_CPU_USAGE, BE_UID)}"
+            )
+
         await wait_until(
             lambda: 200_000 <= quota() <= 260_000,
             timeout=15,
-            message=f"{where}: BE quota suppressed to 200000-260000 ({quota()})",
+            message=lambda: f"{where}: BE quota suppressed to 200000-260000 ({suppress_state()})",
         )
         # CPU burst (cpuBurstOnly, 200 %): the LS container's CFS burst, 1 CPU limit → 2 CPUs of burst
         await wait_until(

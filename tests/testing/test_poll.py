@@ -49,3 +49,16 @@ def test_sync_variant_waits_for_another_thread() -> None:
 def test_sync_variant_times_out_with_the_condition_named() -> None:
     with pytest.raises(ConditionTimeout, match="waiting for never"):
         wait_until_sync(lambda: False, timeout=0.02, message="never")
+
+
+async def test_a_message_function_names_the_values_seen_last() -> None:
+    seen = [0]
+
+    def count() -> bool:
+        seen[0] += 1
+        return False
+
+    with pytest.raises(ConditionTimeout) as err:
+        await wait_until(count, timeout=0.05, interval=0, message=lambda: f"count at {seen[0]}")
+    assert f"count at {seen[0]}" in str(err.value)
+    assert seen[0] > 1  # not the value at the start of the wait

@@ -19,15 +19,21 @@ class ConditionTimeout(AssertionError):
     """The condition did not hold before the deadline (an AssertionError: pytest reports a failure)."""
 
 
-def _timed_out(message: str, timeout: float) -> ConditionTimeout:
-    return ConditionTimeout(f"timed out after {timeout:g} s waiting for {message}")
+#: what a wait names: a text, or a function giving it when the wait times out (so that it shows the values
+#: the condition saw last, not those at the start of the wait)
+Message = str | Callable[[], str]
+
+
+def _timed_out(message: Message, timeout: float) -> ConditionTimeout:
+    text = message() if callable(message) else message
+    return ConditionTimeout(f"timed out after {timeout:g} s waiting for {text}")
 
 
 async def wait_until(
     predicate: Callable[[], bool | Awaitable[bool]],
     timeout: float = DEFAULT_TIMEOUT,
     interval: float = DEFAULT_INTERVAL,
-    message: str = "condition",
+    message: Message = "condition",
 ) -> None:
     """Return as soon as `predicate()` is true (it may be a coroutine function), checking every `interval`
     seconds on the running loop; raise ConditionTimeout naming `message` after `timeout` seconds."""
@@ -48,7 +54,7 @@ def wait_until_sync(
     predicate: Callable[[], bool],
     timeout: float = DEFAULT_TIMEOUT,
     interval: float = DEFAULT_INTERVAL,
-    message: str = "condition",
+    message: Message = "condition",
 ) -> None:
     """`wait_until` for code without an event loop (a thread or a subprocess does the work)."""
     end = time.monotonic() + timeout
