@@ -11,14 +11,14 @@ import secrets
 import time
 from typing import Any
 
-from koordqos.testing.poll import wait_until_sync
+from koordqos.testing.poll import Message, wait_until_sync
 
 from .controlplane import Api, ApiError
 
 POLL = 0.05  # the real server and the agent answer in ms; no need to poll faster
 
 
-def eventually(predicate: Any, timeout: float, what: str) -> None:
+def eventually(predicate: Any, timeout: float, what: Message) -> None:
     """wait_until_sync at this suite's polling interval."""
     wait_until_sync(predicate, timeout, POLL, what)
 

@@ -20,10 +20,13 @@ from typing import Any
 import pytest
 
 from koordqos.model.cpuset import parse_cpuset
+from koordqos.model.keys import MID_CPU, MID_MEMORY
 from koordqos.model.pod import parse_pod
 from koordqos.model.quantity import to_int
 from koordqos.report.batch import BATCH_CPU, BATCH_MEMORY, BatchStrategy, ManagedPod, NodeCapacity, calculate
 from koordqos.report.format import parse_rfc3339
+from koordqos.report.mid import MidNode, MidPod, MidStrategy
+from koordqos.report.mid import calculate as calculate_mid
 from koordqos.testing.nodefs import GiB, SyntheticNode
 from tests.support.agentproc import free_port
 
@@ -56,6 +59,11 @@ COLOCATION = {
     "degradeTimeMinutes": 1,
     "updateTimeThresholdSeconds": 10,
     "resourceDiffThreshold": 0.1,
+    # the Mid tier (issue #34 item 6): half the unallocated resources on top of the reclaimable, capped at
+    # 80 % of the node (the defaults, 0 % and 100 %, would hide both terms)
+    "midUnallocatedPercent": 50,
+    "midCPUThresholdPercent": 80,
+    "midMemoryThresholdPercent": 80,
 }
 STRATEGY = BatchStrategy(
     cpu_reclaim_threshold_percent=60,
@@ -63,6 +71,16 @@ STRATEGY = BatchStrategy(
     degrade_time_minutes=1,
     update_time_threshold_seconds=10,
 )
+MID_STRATEGY = MidStrategy(
+    mid_cpu_threshold_percent=80,
+    mid_memory_threshold_percent=80,
+    mid_unallocated_percent=50,
+    degrade_time_minutes=1,
+    update_time_threshold_seconds=10,
+)
+#: the agent's prediction trains every second and takes the test's pods as warm (not "cold start"), so that
+#: its prodReclaimableMetric holds a prediction within seconds instead of a day
+PREDICTION_FLAGS = ("--prediction-cold-start-duration=0", "--prediction-training-interval=1s")
 
 
 def _config_map(api: Any) -> None:
@@ -126,6 +144,13 @@ def _batch(api: Any, node: str) -> tuple[int, int] | None:
     return to_int(alloc[BATCH_CPU]), to_int(alloc[BATCH_MEMORY])
 
 
+def _mid(api: Any, node: str) -> tuple[int, int] | None:
+    alloc = api.get(f"/api/v1/nodes/{node}").get("status", {}).get("allocatable", {})
+    if MID_CPU not in alloc or MID_MEMORY not in alloc:
+        return None
+    return to_int(alloc[MID_CPU]), to_int(alloc[MID_MEMORY])
+
+
 def test_koord_manager_sets_batch_resources_from_koordqos_reports_and_drives_it_by_nodeslo(
     control_plane: ControlPlane, koord_manager: Path, tmp_path: Path
 ) -> None:
@@ -148,7 +173,10 @@ def test_koord_manager_sets_batch_resources_from_koordqos_reports_and_drives_it_
     spec = api.get(status_path)["spec"]["metricCollectPolicy"]
     assert spec["reportIntervalSeconds"] == COLOCATION["metricReportIntervalSeconds"]
 
-    with running_agent(control_plane, node, node_name, tmp_path) as agent:
+    ckpt = tmp_path / "checkpoints"
+    ckpt.mkdir()
+    flags = (*PREDICTION_FLAGS, f"--prediction-checkpoint-filepath={ckpt}")
+    with running_agent(control_plane, node, node_name, tmp_path, *flags) as agent:
         # koordqos reports; koord-manager sets the batch resources from that report
         eventually(
             lambda: (api.get(status_path).get("status") or {}).get("updateTime") is not None,
@@ -167,6 +195,34 @@ def test_koord_manager_sets_batch_resources_from_koordqos_reports_and_drives_it_
         got = _batch(api, node_name)
         assert got == (want.batch_cpu, want.batch_memory), (got, want, status, n["status"]["allocatable"])
         assert want.batch_memory > 0
+
+        # the Mid tier (issue #34 item 6): koord-manager's mid-cpu / mid-memory are its formula over the
+        # prodReclaimableMetric koordqos reported (the LS pod's request less its predicted peak) and the
+        # node's unallocated resources; polled because the prediction settles over its first samples and
+        # koord-manager writes the Node again only after a 10 % change or updateTimeThresholdSeconds
+        cap_node = MidNode(cap, cap)
+        mid_pods = [
+            MidPod("koord-prod", "Running", {"cpu": 1000, "memory": 2 * GiB}),
+            MidPod("koord-batch", "Running", {}),
+        ]
+        seen: list[Any] = []
+
+        def mid_matches() -> bool:
+            status = api.get(status_path)["status"]
+            reclaim = (status.get("prodReclaimableMetric") or {}).get("resource", {}).get("resources", {})
+            expect = calculate_mid(cap_node, mid_pods, status, MID_STRATEGY)
+            got = _mid(api, node_name)
+            seen[:] = [got, expect, reclaim]
+            return bool(reclaim) and got == (expect.mid_cpu, expect.mid_memory)
+
+        eventually(mid_matches, 90, lambda: f"koord-manager's mid-cpu/mid-memory from the report {seen}")
+        got_mid, expect_mid, _ = seen
+        # both terms are in it: the reclaimable the prediction found (the LS pod uses 1 GiB of its 2 GiB
+        # request and no CPU) and half of the unallocated
+        assert expect_mid.detail["reclaimable"]["memory"] > 0, expect_mid.detail
+        assert expect_mid.detail["reclaimable"]["cpu"] > 0, expect_mid.detail
+        assert got_mid[1] > expect_mid.detail["unallocated"]["memory"] * 50 // 100, expect_mid.detail
+        assert "prodPeakMetric" in api.get(status_path)["status"]
 
         # koord-manager's NodeSLO (its cluster strategy: cpuSuppressThresholdPercent 45, and Koordinator's
         # default policy cpuset) is what koordqos enforces: 45 % of 4 CPUs, nothing else busy, is 1.8 cores,

@@ -258,10 +258,9 @@ async def test_every_node_shape(shape: str, driver: CgroupDriver, short_dir: Pat
             plan = getattr(runner.strategy, "last_plan", None) if runner is not None else None
             store = n.agent.services.metric_store
             runs = runner.runs if runner is not None else None
-            return (
-                f"quota {quota()}, runs {runs}, plan {plan}, node cpu {store.last(MetricKind.NODE_CPU_USAGE)}, "
-                f"BE pod cpu {store.last(MetricKind.POD_CPU_USAGE, BE_UID)}"
-            )
+            node_cpu = store.last(MetricKind.NODE_CPU_USAGE)
+            pod_cpu = store.last(MetricKind.POD_CPU_USAGE, BE_UID)
+            return f"quota {quota()}, runs {runs}, plan {plan}, node cpu {node_cpu}, BE pod cpu {pod_cpu}"
 
         await wait_until(
             lambda: 200_000 <= quota() <= 260_000,
