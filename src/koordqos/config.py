@@ -75,7 +75,7 @@ class NRISettings(_Group):
     backoff_seconds: float = Field(1.0, gt=0)
     backoff_cap_seconds: float = Field(30.0, gt=0)
     # after a reply, poll for the runtime's next request this long before the loop sleeps (nri/busypoll.py;
-    # 0: off). Project decision: on by default (docs/performance.md, "Busy-polling after a reply")
+    # 0: off). Project decision: on by default (docs/performance-history.md, "Busy-polling after a reply")
     busy_poll_seconds: float = Field(0.0001, ge=0, le=0.01)
     # how many runtime objects NodeState keeps (koordqos.nri.limits): far above a real node's
     max_pod_sandboxes: int = Field(1024, ge=1)

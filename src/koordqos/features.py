@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 from koordqos.errors import ConfigError
 
-# koordlet's gates (qos-manager.md §1.6, runtime-hooks.md §7) with their defaults.
+# koordlet's gates with their defaults (docs/behaviour-qos-manager.md, "Feature gates and the NodeSLO
+# switch").
 DEFAULT_GATES: Mapping[str, bool] = {
     # QoS manager
     "BECPUSuppress": True,

@@ -1,11 +1,12 @@
 """Acting only on a complete view: components that change the node start once its sources have synced.
 
-koordlet starts its QoS manager and runtime hooks only after its states informer synced (qos-manager.md
-§1.4, runtime-hooks.md §1): a value derived from pods, the Node or a NodeSLO not yet listed is a wrong
-value written (a BE pod's limits before the NodeSLO, the GroupIdentity defaults before its rule). `SyncGate`
-opens once `NodeState.synced` holds every source, and stays open (a later outage keeps the last view, as
-koordlet does); `AfterSync` runs a component once the gate is open. While API servers are unreachable the
-reflectors back off, `/readyz` answers 503 and these components have not started.
+koordlet starts its QoS manager and runtime hooks only after its states informer synced
+(docs/behaviour-qos-manager.md, "Start after the sources synced"): a value derived from pods, the Node or a
+NodeSLO not yet listed is a wrong value written (a BE pod's limits before the NodeSLO, the GroupIdentity
+defaults before its rule). `SyncGate` opens once `NodeState.synced` holds every source, and stays open (a
+later outage keeps the last view, as koordlet does); `AfterSync` runs a component once the gate is open. While
+API servers are unreachable the reflectors back off, `/readyz` answers 503 and these components have not
+started.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """CgroupExecutor: turns `CgroupWrite` intents into cgroup file writes.
 
-Semantics (qos-manager.md §1.8, runtime-hooks.md §1.8):
+Semantics (docs/behaviour-qos-manager.md, "Cgroup writes"):
 * write-if-different: the current content is read first and compared semantically; equal → no write;
 * cacheable intents are skipped while the cached value is unchanged and younger than
   `force_update_seconds` (60 s), so an external change is corrected within that time;

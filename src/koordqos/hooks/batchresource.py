@@ -1,6 +1,7 @@
 """BatchResource: BE pods get cpu.shares, cfs quota and memory limit from batch-cpu / batch-memory.
 
-runtime-hooks.md §3.1. Kubelet sees these pods as BestEffort and would leave them unlimited.
+docs/behaviour-runtime-hooks.md, "BatchResource". Kubelet sees these pods as BestEffort and would leave them
+unlimited.
 """
 
 from __future__ import annotations

@@ -253,7 +253,8 @@ def qos_from_name(raw: str) -> QoSClass:
 
 @dataclass(slots=True)
 class HostAppRequest:
-    """What hooks know about a NodeSLO host application (runtime-hooks.md §2.5)."""
+    """What hooks know about a NodeSLO host application (docs/behaviour-runtime-hooks.md, "Host
+    applications")."""
 
     name: str
     qos: QoSClass = QoSClass.NONE

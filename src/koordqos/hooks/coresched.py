@@ -1,4 +1,5 @@
-"""CoreSched: Linux core-scheduling cookies per "core sched group", and cpu.idle per kube-QoS dir (§3.5).
+"""CoreSched: Linux core-scheduling cookies per "core sched group", and cpu.idle per kube-QoS dir
+(docs/behaviour-runtime-hooks.md, "CoreSched").
 
 The rule and group computation are pure: `container_plan` says which group a container's processes join;
 the reconciler turns that into `koordqos.host.CoreSchedCookie` intents, and the HostActuator (which owns

@@ -1,4 +1,5 @@
-"""CPUNormalization: shrink the cfs quota of CPU-share pods on nodes faster than the baseline (§3.4)."""
+"""CPUNormalization: shrink the cfs quota of CPU-share pods on nodes faster than the baseline
+(docs/behaviour-runtime-hooks.md, "CPUNormalization")."""
 
 from __future__ import annotations
 

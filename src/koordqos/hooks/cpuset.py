@@ -1,5 +1,5 @@
 """CPUSetAllocator: container cpusets from the scheduler's allocation or the share pools; unset quota of
-cpuset-pinned pods (runtime-hooks.md §3.3)."""
+cpuset-pinned pods (docs/behaviour-runtime-hooks.md, "CPUSetAllocator")."""
 
 from __future__ import annotations
 

@@ -5,8 +5,9 @@ A hook is one module: its plugin class (a `HookPlugin`) says which function runs
 (`reconcilers`), and how NodeSLO / Node changes update its rule (`update_slo`, `update_node`); the module
 ends with `HOOK = HookSpec(name, gate, build)`. `hooks/registry.py` lists the modules, one line each.
 
-koordlet semantics (runtime-hooks.md §1.3): a stage's hooks run in name order (code-point order, so
-upper-case names first) on one shared context, so on a shared response field the last writer wins.
+koordlet semantics (docs/behaviour-runtime-hooks.md, "Stages and hook order"): a stage's hooks run in name
+order (code-point order, so upper-case names first) on one shared context, so on a shared response field the
+last writer wins.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ HookFn = Callable[[Any], None]
 
 
 class Level(enum.StrEnum):
-    """Where a reconcile function runs (runtime-hooks.md §1.6, §1.7)."""
+    """Where a reconcile function runs (docs/behaviour-runtime-hooks.md, "Reconciler", "Host
+    applications")."""
 
     POD = "pod"
     CONTAINER = "container"

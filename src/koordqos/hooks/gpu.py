@@ -1,4 +1,5 @@
-"""GPUEnvInject: `NVIDIA_VISIBLE_DEVICES` from the scheduler's device allocation (runtime-hooks.md §3.7).
+"""GPUEnvInject: `NVIDIA_VISIBLE_DEVICES` from the scheduler's device allocation (docs/devices.md,
+"GPUEnvInject").
 
 PreCreateContainer hook `gpu env inject`: the minors of the pod's `gpu` allocation joined by `,`. With the
 pod label `koordinator.sh/gpu-isolation-provider: HAMi-core` and a GPU memory ratio below 100 it also sets

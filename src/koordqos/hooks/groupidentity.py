@@ -1,4 +1,5 @@
-"""GroupIdentity: Anolis `cpu.bvt_warp_ns` per QoS class from NodeSLO (runtime-hooks.md §3.2).
+"""GroupIdentity: Anolis `cpu.bvt_warp_ns` per QoS class from NodeSLO (docs/behaviour-runtime-hooks.md,
+"GroupIdentity").
 
 Project extension: on kernels without `cpu.bvt_warp_ns` but with `cpu.idle`, the same rule marks
 offline groups (bvt -1) `cpu.idle=1` and every other group `cpu.idle=0`, so BE pods still yield to

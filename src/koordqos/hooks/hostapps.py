@@ -1,4 +1,5 @@
-"""NodeSLO host applications (runtime-hooks.md §1.7, §2.5): their cgroup dir and their hook context."""
+"""NodeSLO host applications (docs/behaviour-runtime-hooks.md, "Host applications"): their cgroup dir and
+their hook context."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from koordqos.model.qos import QoSClass
 
 
 def host_app_cgroup_path(app: HostApplicationSpec) -> CgroupPath:
-    """The app's cgroupPath, or the default one (§2.5): host-latency-sensitive / host-best-effort / root."""
+    """The app's cgroupPath, or the default one (docs/behaviour-runtime-hooks.md, "Host applications"):
+    host-latency-sensitive / host-best-effort / root."""
     if app.cgroup_path is not None:
         return app.cgroup_path
     qos = qos_from_name(app.qos)

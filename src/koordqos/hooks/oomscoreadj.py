@@ -1,4 +1,5 @@
-"""OOMScoreAdj: per-container oom_score_adj from pod annotations (runtime-hooks.md §3.6).
+"""OOMScoreAdj: per-container oom_score_adj from pod annotations (docs/behaviour-runtime-hooks.md,
+"OOMScoreAdj").
 
 koordlet applies it only through the reconciler (per-PID writes). Project extension: the value is also
 put into the NRI CreateContainer adjustment, so the container's first process starts with it.

@@ -73,7 +73,8 @@ def pod_views(state: NodeState, ctrs: ContainersByPod | None = None) -> Iterator
 def sandbox_runtime(
     pod: PodInfo | None, annotations: Mapping[str, str], containers: Sequence[RuntimeContainer]
 ) -> str:
-    """Runtime for the sandbox id (§2.3): that of the pod's first container, else containerd.
+    """Runtime for the sandbox id (docs/behaviour-runtime-hooks.md, "Pod and container contexts"): that of the
+    pod's first container, else containerd.
 
     The first container status with a known `<runtime>://` prefix decides (containers, then init
     containers); for pods known only through NRI, a systemd cgroups path ("slice:<scope prefix>:id")

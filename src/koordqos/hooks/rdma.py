@@ -1,4 +1,5 @@
-"""RDMADeviceInject: the pod's RDMA devices as device nodes of its containers (runtime-hooks.md §3.7).
+"""RDMADeviceInject: the pod's RDMA devices as device nodes of its containers (docs/devices.md,
+"RDMADeviceInject").
 
 PreCreateContainer hook `rdma device inject`, for the `rdma` entries of the scheduler's device allocation:
 `/dev/infiniband/rdma_cm`, then for each device the `uverbs` node of each virtual function (by its `busID`)

@@ -4,7 +4,7 @@
 applications), runs the applicable reconcile functions and fills a `PassResult`; it yields after each pod so
 the caller can pace a pass over hundreds of pods. Apart from listing dangling pod dirs after a bvt rule
 change it reads nothing and writes nothing: the reconciler hands the result to the actuators.
-Pods in phase Succeeded/Failed are skipped (project decision §8.6).
+Pods in phase Succeeded/Failed are skipped (docs/behaviour-runtime-hooks.md, "Project decisions").
 
 A pass is *full* (every pod planned) or *incremental*: a pod whose inputs — its PodInfo, its sandbox, its
 runtime containers — equal those of the last pass that planned it is not planned again; what that pass found
@@ -283,7 +283,7 @@ class ReconcilePlanner:
                     writes.append(CgroupWrite(f"{rel}/{sub}", "cpu.bvt_warp_ns", value, Level.CONTAINER))
         return writes
 
-    # -- host applications (§1.7) -----------------------------------------------------------------
+    # -- host applications (docs/behaviour-runtime-hooks.md, "Host applications") -----------------
 
     def _host_apps(self, apps: Sequence[HostApplicationSpec], result: PassResult) -> None:
         """Bvt and cpuset of every NodeSLO host application; a refused app is skipped, the rest go on."""

@@ -1,4 +1,4 @@
-"""Reconciler: keep pod, container and kube-QoS settings true (runtime-hooks.md §1.6).
+"""Reconciler: keep pod, container and kube-QoS settings true (docs/behaviour-runtime-hooks.md, "Reconciler").
 
 Runs every `hooks.reconcile_interval_seconds` and soon after pod, Node or NodeSLO changes (changes are
 coalesced: one pass covers all that arrived meanwhile). The passes the loop runs are incremental — only the
@@ -12,9 +12,10 @@ pod (processes started since in unchanged containers). A pass is computed by `Re
 leveled, cacheable batch (unchanged values are not rewritten; settings missed while the agent or the runtime
 was down converge), and sysctl, oom_score_adj and core-sched cookies through the HostActuator, off the loop.
 
-NodeSLO host applications (§1.7, §2.5) are reconciled in the same pass: bvt and cpuset at the app's
-cgroup dir. Since rules are re-parsed at the start of every pass, a GroupIdentity or CPUSetAllocator
-rule change rewrites the host apps in the pass that sees it (the rule callbacks' host-app step).
+NodeSLO host applications (docs/behaviour-runtime-hooks.md, "Host applications") are reconciled in the same
+pass: bvt and cpuset at the app's cgroup dir. Since rules are re-parsed at the start of every pass, a
+GroupIdentity or CPUSetAllocator rule change rewrites the host apps in the pass that sees it (the rule
+callbacks' host-app step).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Resctrl (runtime-hooks.md §3.8, gate `Resctrl`): a pod with `node.koordinator.sh/resctrl` starts its
-containers in its own resctrl group `koordlet-<pod uid>`.
+"""Resctrl (docs/behaviour-runtime-hooks.md, "Resctrl hook"; gate `Resctrl`): a pod with
+`node.koordinator.sh/resctrl` starts its containers in its own resctrl group `koordlet-<pod uid>`.
 
 PreCreateContainer puts the group into the NRI adjustment (`linux.resources.rdt_class`), so the runtime
 starts the container's first process there. The group itself (mkdir, schemata from the annotation), the

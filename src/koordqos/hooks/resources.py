@@ -1,6 +1,6 @@
 """Resources: the request/response resource fields hooks read and set, and koordlet's cpu conversions.
 
-A field left at None means "do not touch" (runtime-hooks.md §2.1).
+A field left at None means "do not touch" (docs/behaviour-runtime-hooks.md, "Resources and conversions").
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Traffic control on the default-route NIC (runtime-hooks.md §3.9): the plan's HTB classes, filters, ipsets.
+"""Traffic control on the default-route NIC (docs/network-qos.md, "tc"): the plan's HTB classes, filters,
+ipsets.
 
 The intent is a whole `TcPlan` (or `clean`): iproute2's `tc`, `ipset` and `iptables` are run as subprocesses,
 synchronously (the strategy runs `TcShaper.apply` in a worker thread). `NetCommands.prefix` runs each one in

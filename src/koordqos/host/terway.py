@@ -1,4 +1,5 @@
-"""terway's QoS config files (runtime-hooks.md §3.10): `global_bps_config` and `pod.json` in one directory.
+"""terway's QoS config files (docs/network-qos.md, "terway-qos"): `global_bps_config` and `pod.json` in one
+directory.
 
 `TerwayFiles(dir).sync(files)` makes the directory hold exactly what `files` says: a name with text is
 written when its content differs (to a temporary file in the same directory, then renamed over the old one,

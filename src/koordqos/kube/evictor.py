@@ -1,4 +1,4 @@
-"""Evictor: policy/v1 Eviction with a UID precondition (qos-manager.md §3.1).
+"""Evictor: policy/v1 Eviction with a UID precondition (docs/behaviour-qos-manager.md, "Eviction").
 
 * A pod whose UID was evicted in the last `ttl` seconds (2 min) is reported evicted without any call.
 * Success (200/201): Warning Event `evictPodSuccess` "evict Pod:<ns>/<name>, reason: <r>, message: <m>",

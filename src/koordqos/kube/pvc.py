@@ -1,4 +1,5 @@
-"""PersistentVolumeClaims (qos-manager.md §2.7, koordlet's `pvc` informer): which volume a claim is bound to.
+"""PersistentVolumeClaims (docs/reconcile.md, "Blkio"; koordlet's `pvc` informer): which volume a claim is
+bound to.
 
 A blkio `podvolume` block names a pod's volume; a volume that is a claim resolves through the claim's
 `spec.volumeName` to the PersistentVolume kubelet mounts at `.../volumes/kubernetes.io~csi/<pv>/mount`.

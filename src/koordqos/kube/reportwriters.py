@@ -1,13 +1,12 @@
-"""Kube actuators for the reports (koordinator-reporting.md §1.7, §2.8, §5): the NodeMetric status writer,
-the NodeResourceTopology writer and the standalone Node batch-resource patcher. Each returns an explicit
-`WriteOutcome`; none raises for API errors.
+"""Kube actuators for the reports (docs/reporting.md, "Status writes", "NRT writes", "Batch formula"): the
+NodeMetric status writer, the NodeResourceTopology writer and the standalone Node batch-resource patcher. Each
+returns an explicit `WriteOutcome`; none raises for API errors.
 
-NodeMetric (R1–R7): PUT `/status` with the last known resourceVersion; on 409 GET the object from the API
-server (not a cache; docs/reporting.md) and retry, at most 4 attempts with backoff 10 ms × 5^k
-(jittered); 404 → `missing` (never create); 429/5xx/timeouts → `failed`, next round retries (a 429's
-Retry-After is honoured); a token bucket
-(0.1 QPS, burst 2) and a minimum interval between writes; no write when the report is unchanged within the
-minimum interval. The spec and metadata are never written.
+NodeMetric (docs/reporting.md, "Status writes"): PUT `/status` with the last known resourceVersion; on 409 GET
+the object from the API server (not a cache; docs/reporting.md) and retry, at most 4 attempts with backoff
+10 ms × 5^k (jittered); 404 → `missing` (never create); 429/5xx/timeouts → `failed`, next round retries
+(a 429's Retry-After is honoured); a token bucket (0.1 QPS, burst 2) and a minimum interval between writes;
+no write when the report is unchanged within the minimum interval. The spec and metadata are never written.
 """
 
 from __future__ import annotations
@@ -236,7 +235,8 @@ class NodeMetricWriter:
 
 
 class NRTWriter:
-    """Creates this node's NodeResourceTopology and keeps the agent-owned parts current (§2.8, N2–N4)."""
+    """Creates this node's NodeResourceTopology and keeps the agent-owned parts current (docs/reporting.md,
+    "NRT writes")."""
 
     kind = "NodeResourceTopology"
 

@@ -6,9 +6,10 @@ asks for what its consumers read (`--container-metrics=needed`: today CPU usage 
 burst acts on, nothing else); without a demand every container is read every round (koordlet's behaviour,
 `--container-metrics=all`). A pod's own CPU, memory usage and memory.stat are always read.
 
-Rates are counter deltas between rounds (qos-manager.md §6): the first round after start (or after a cgroup
-appears) has no delta and reports None for CPU usage and throttling. Missing /proc files (synthetic roots)
-and vanished cgroups are logged once, counted, and leave the corresponding values None.
+Rates are counter deltas between rounds (docs/behaviour-qos-manager.md, "Metric definitions"): the first round
+after start (or after a cgroup appears) has no delta and reports None for CPU usage and throttling. Missing
+/proc files (synthetic roots) and vanished cgroups are logged once, counted, and leave the corresponding
+values None.
 
 NodeSLO host applications with a `cgroupPath` are measured like pods (CPU cores, memory working set) and
 stored by app name; a cgroupPath that would leave the cgroup root is refused (logged once, counted).

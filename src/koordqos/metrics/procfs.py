@@ -10,7 +10,8 @@ USER_HZ = 100
 
 @dataclass(frozen=True, slots=True)
 class CpuTicks:
-    """Cumulative ticks of the aggregate `cpu` line; busy = user+nice+system+irq+softirq (§6)."""
+    """Cumulative ticks of the aggregate `cpu` line; busy = user+nice+system+irq+softirq
+    (docs/behaviour-qos-manager.md, "Metric definitions")."""
 
     busy: int
     total: int

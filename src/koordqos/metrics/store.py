@@ -2,8 +2,8 @@
 
 A series is (kind, key): key "" for node and BE series, the pod uid for pod series, the container id for
 container series, the NodeSLO host application name for host application series. Queries look at samples
-with `now − window <= t <= now`; `last` defaults to the spec's window of 2 × collect interval (qos-manager.md
-§1.8). Percentiles use the nearest-rank method.
+with `now − window <= t <= now`; `last` defaults to 2 × collect interval (docs/behaviour-qos-manager.md,
+"Metric windows"). Percentiles use the nearest-rank method.
 
 Samples live in `_Ring`s of two `array('d')` columns, not deques of (t, v) tuples: an array holds no Python
 objects, so the garbage collector has nothing to walk in it (with tuples, a full collection visited every

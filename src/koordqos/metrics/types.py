@@ -1,4 +1,5 @@
-"""Sample types of one metrics round, and the metric kinds kept in the store (qos-manager.md §1.8, §6)."""
+"""Sample types of one metrics round, and the metric kinds kept in the store (docs/behaviour-qos-manager.md,
+"Metric windows", "Metric definitions")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Well-known names on a pod: Koordinator labels and annotations, and the extended resource names.
 
-The formats behind these keys are runtime-hooks.md §6.4 and qos-manager.md §3.4; their parsers are in
-`koordqos.model.pod_annotations`.
+The formats behind these keys are in docs/behaviour-runtime-hooks.md, "Keys the agent reads"; their parsers
+are in `koordqos.model.pod_annotations`.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def default_memory_qos(qos: str) -> MemoryQOS | None:
     return MemoryQOS.model_validate(DEFAULT_SPEC["resourceQOSStrategy"][key]["memoryQOS"])
 
 
-# -- validators of the knobs the reconcile strategies write (qos-manager.md §2.5, §5) ------------------------
+# -- validators of the knobs the reconcile strategies write (docs/reconcile.md, "Memory QoS") ----------------
 
 #: MemoryQOS field → (wire name, lowest, highest) accepted; a value outside is not written (file unchanged).
 MEMORY_QOS_RANGES: Mapping[str, tuple[str, int, int | None]] = {

@@ -1,4 +1,4 @@
-"""Network QoS inputs (runtime-hooks.md §3.9, §3.10): the NodeSLO's bandwidths, a pod's own limits, its class.
+"""Network QoS inputs (docs/network-qos.md): the NodeSLO's bandwidths, a pod's own limits, its class.
 
 Pure. Every bandwidth here is in **bits per second**, as the NodeSLO and the pod annotation give it:
 `systemStrategy.totalNetworkBandwidth` is a quantity ("1000M" = 10⁹ bit/s), and each class's `networkQOS`

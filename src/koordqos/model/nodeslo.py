@@ -1,7 +1,8 @@
 """NodeSLO: the spec fields the strategies and hooks use, merged with koordlet's defaults.
 
 Field semantics follow Go's `slo.koordinator.sh/v1alpha1` types: every scalar is optional and `None` means
-"nil" (not set). A NodeSLO as the agent uses it is *merged* (runtime-hooks.md §6.2):
+"nil" (not set). A NodeSLO as the agent uses it is *merged* (docs/behaviour-runtime-hooks.md, "NodeSLO
+merge"):
 
 1. each top-level strategy (`resourceUsedThresholdWithBE`, `resourceQOSStrategy`, `cpuBurstStrategy`,
    `systemStrategy`, `extensions`) is laid as a JSON overlay onto koordlet's defaults: objects merge key by
@@ -188,7 +189,7 @@ class BlockCfg(_Spec):
 
 
 class BlkIOQOS(_Spec):
-    """Per-class blkio QoS (a nil `enable` counts as false: project decision, qos-manager.md §2.7)."""
+    """Per-class blkio QoS (a nil `enable` counts as false: docs/reconcile.md, "Blkio")."""
 
     enable: bool | None = None
     blocks: tuple[BlockCfg, ...] = Field((), strict=False)  # a JSON array
@@ -541,7 +542,7 @@ def merge_pod_cpu_burst(node: CPUBurstConfig | None, pod: CPUBurstConfig | None)
     return node.model_copy(update=pod.model_dump(exclude_none=True, exclude_unset=True))
 
 
-# -- the second-level feature switch (qos-manager.md §1.6) -------------------------------------------------
+# -- the second-level feature switch (docs/behaviour-qos-manager.md, "Feature gates and the NodeSLO switch")
 
 SWITCHED_FEATURES = frozenset(
     {

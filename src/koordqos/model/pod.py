@@ -6,9 +6,9 @@ CPU as the integer milli-cores they are on the wire. Classification (QoS, priori
 label/annotation keys are `koordqos.model.keys` and their parsers `koordqos.model.pod_annotations`.
 
 Typed accessors (`pod.resource_status`, `pod.cpu_qos`, `pod.eviction_priority`, …) parse lazily, once per
-PodInfo. A malformed value falls back as the spec says (usually "absent") and is listed in `pod.problems`
+PodInfo. A malformed value falls back as its rule says (usually "absent") and is listed in `pod.problems`
 (key → message), which is logged and counted once per pod and value (`koordqos_model_errors_total`).
-Hooks whose spec says "bad JSON → error" check `pod.problems` for their key.
+Hooks whose rule says "bad JSON → error" check `pod.problems` for their key.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class PodInfo(BaseModel):
         """namespace/name."""
         return f"{self.namespace}/{self.name}"
 
-    # -- QoS and priority (qos-manager.md §4) --------------------------------------------------------------
+    # -- QoS and priority (docs/behaviour-qos-manager.md, "QoS and priority classes") ----------------------
 
     @property
     def qos_raw(self) -> QoSClass:
@@ -180,7 +180,7 @@ class PodInfo(BaseModel):
                 return c
         return None
 
-    # -- typed annotations and labels (runtime-hooks.md §6.4, qos-manager.md §3.4) ---------------------------
+    # -- typed annotations and labels (docs/behaviour-runtime-hooks.md, "Keys the agent reads") --------------
 
     @cached_property
     def ext(self) -> PodExtensions:

@@ -1,9 +1,9 @@
 """Typed views of a pod's Koordinator labels and annotations, and their parsers.
 
 `parse_extensions(labels, annotations, …)` reads every label/annotation the agent understands into a
-`PodExtensions` (formats: runtime-hooks.md §6.4, qos-manager.md §3.4; keys in `koordqos.model.keys`).
-A malformed value falls back as the spec says (usually "absent") and is listed in `problems`
-(key → message), which is reported once per pod and value (`koordqos_model_errors_total`).
+`PodExtensions` (formats: docs/behaviour-runtime-hooks.md, "Keys the agent reads"; keys in
+`koordqos.model.keys`). A malformed value falls back as its rule says (usually "absent") and is listed in
+`problems` (key → message), which is reported once per pod and value (`koordqos_model_errors_total`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ class ResourceStatus:
 
     @property
     def numa_aware(self) -> bool:
-        """Some NUMA node carries a non-zero `cpu` or a positive batch-cpu (runtime-hooks.md §3.3)."""
+        """Some NUMA node carries a non-zero `cpu` or a positive batch-cpu (docs/behaviour-runtime-hooks.md,
+        "CPUSetAllocator")."""
         return any(
             n.resources.get("cpu", 0) != 0 or n.resources.get(BATCH_CPU, 0) > 0
             for n in self.numa_node_resources

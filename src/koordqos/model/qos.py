@@ -1,4 +1,5 @@
-"""QoS and priority classes and the rules that classify a pod (qos-manager.md §4, runtime-hooks.md §6.3).
+"""QoS and priority classes and the rules that classify a pod (docs/behaviour-qos-manager.md, "QoS and
+priority classes").
 
 Pure functions over label values and container resources; `PodInfo` (`koordqos.model.pod`) exposes them as
 properties.

@@ -1,4 +1,5 @@
-"""Resctrl math and formats (qos-manager.md §2.6, runtime-hooks.md §3.8): pure, no I/O.
+"""Resctrl math and formats (docs/reconcile.md, "Resctrl"; docs/behaviour-runtime-hooks.md, "Resctrl hook"):
+pure, no I/O.
 
 * `cat_l3_mask(cbm, start, end)`: the L3 way mask of a percent range of the cache ways;
 * `mba_value(percent, vendor)`: the memory-bandwidth value (Intel: percent rounded up to 10; AMD: Gbps);

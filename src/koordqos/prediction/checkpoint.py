@@ -1,4 +1,5 @@
-"""Model checkpoints (koordinator-prediction.md §3.3–§3.5): koordlet's file format, and the directory.
+"""Model checkpoints (docs/prediction.md, "Checkpoint file", "Restore"): koordlet's file format, and the
+directory.
 
 * `encode` / `decode`: one JSON object and a newline, Go's field names and number/time formats:
   `{"UID": …, "CPU": H, "Memory": H, "LastUpdated": "<RFC 3339>"}` with H =
@@ -232,7 +233,7 @@ class RestoreItem:
 def restore_plan(
     entries: Iterable[DirEntry], known: Collection[str], *, delete_invalid: bool = False
 ) -> list[RestoreItem]:
-    """Decide each entry (§3.5 with the project decision of docs/prediction.md): `.tmp` leftovers of a
+    """Decide each entry (docs/prediction.md, "Restore", with its project decision): `.tmp` leftovers of a
     model name are deleted; checkpoints of known UIDs restored; checkpoints of unknown UIDs deleted; what is
     not a checkpoint of the agent's is skipped — or, with `delete_invalid` (koordlet), deleted."""
     out: list[RestoreItem] = []

@@ -1,4 +1,5 @@
-"""Bucketed histograms of one resource's usage, with exponential decay (koordinator-prediction.md §2).
+"""Bucketed histograms of one resource's usage, with exponential decay (docs/prediction.md, "Histogram",
+"Decay").
 
 * `LinearLayout` / `ExponentialLayout`: where the buckets are. The models use the exponential one (CPU from
   0.025 cores, memory from 5 MiB, each bucket 5 % wider than the one before); the linear one exists for the
@@ -98,7 +99,8 @@ class ExponentialLayout:
     def find(self, value: float) -> int:
         """The bucket of `value`: 0 below the first size, else the truncated log (clamped to the last).
 
-        Truncation puts a value lying exactly on a computed start often one bucket lower (§9 item 2)."""
+        Truncation puts a value lying exactly on a computed start often one bucket lower (docs/prediction.md,
+        "Histogram")."""
         if value < self.first_bucket_size:
             return 0
         r = self.ratio
@@ -255,7 +257,7 @@ def round_to_half_life(t_ns: int, half_life_ns: int) -> int:
 
 
 class DecayingHistogram:
-    """A histogram whose samples weigh 2^((t − reference)/half-life) (§2.4)."""
+    """A histogram whose samples weigh 2^((t − reference)/half-life) (docs/prediction.md, "Decay")."""
 
     __slots__ = ("half_life_ns", "hist", "reference_ns")
 

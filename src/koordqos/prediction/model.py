@@ -1,4 +1,4 @@
-"""The prediction models and one training round (koordinator-prediction.md §1, §3.1, §3.4, §4.1).
+"""The prediction models and one training round (docs/prediction.md, "Prediction rules the code refers to").
 
 A model is a CPU and a memory `DecayingHistogram` keyed by a UID: one per pod (its uid), `__node__`, one
 per priority class (`__node-koord-prod__` … `__node-__` for class "none") and `__node-sys__` (node minus
@@ -47,7 +47,7 @@ _NODE_LEVEL = frozenset(NODE_LEVEL_UIDS)  # always created: the bound applies to
 
 @dataclass(frozen=True, slots=True)
 class PredictionParams:
-    """koordlet's prediction flags and their defaults (seconds; §1.1)."""
+    """koordlet's prediction flags and their defaults (seconds; docs/prediction.md, "Defaults")."""
 
     cold_start_seconds: float = 24 * 3600.0
     safety_margin_percent: int = 10
@@ -97,7 +97,7 @@ class Model:
         self.memory.add(memory_bytes, 1.0, t_ns)
 
     def prediction(self) -> dict[str, Estimate]:
-        """Each percentile as truncated milli-cores and bytes (§4.1)."""
+        """Each percentile as truncated milli-cores and bytes (docs/prediction.md, "Reading a model")."""
         return {
             key: Estimate(int(self.cpu.percentile(p) * 1000), int(self.memory.percentile(p)))
             for key, p in PERCENTILES
@@ -173,7 +173,7 @@ class ModelStore:
         return None if model is None else ModelView(model)
 
     def expired(self, now_ns: int) -> list[str]:
-        """UIDs not updated for longer than the expiration (strictly longer, §3.1)."""
+        """UIDs not updated for longer than the expiration (strictly longer, docs/prediction.md "Expiry")."""
         limit = seconds_ns(self.params.model_expiration_seconds)
         return [uid for uid, m in self.models.items() if now_ns - m.last_updated_ns > limit]
 
@@ -187,8 +187,9 @@ class ModelStore:
 
 
 def checkpoint_due(store: ModelStore, now_ns: int) -> list[str]:
-    """The UIDs one checkpoint round writes (§3.4): oldest `last_checkpointed` first, stopping after
-    `checkpoint_max_per_step` or at the first model checkpointed less than the interval ago."""
+    """The UIDs one checkpoint round writes (docs/prediction.md, "Checkpoints"): oldest `last_checkpointed`
+    first, stopping after `checkpoint_max_per_step` or at the first model checkpointed less than the interval
+    ago."""
     interval = seconds_ns(store.params.checkpoint_interval_seconds)
     limit = store.params.checkpoint_max_per_step
     ordered = sorted(store.models.items(), key=lambda item: item[1].last_checkpointed_ns)
@@ -202,7 +203,7 @@ def checkpoint_due(store: ModelStore, now_ns: int) -> list[str]:
     return out
 
 
-# -- one training round (§1.3) -------------------------------------------------------------------------------
+# -- one training round (docs/prediction.md, "Training round") -----------------------------------------------
 
 
 def _float32(x: float) -> float:
@@ -303,7 +304,8 @@ def train(store: ModelStore, samples: RoundSamples, t_ns: int) -> TrainResult:
 
 
 def known_uids(pod_uids: Iterable[str], node_known: bool) -> set[str]:
-    """The UIDs a restore keeps (§3.5): current pods, `__node__` if the Node is known, sys, the classes."""
+    """The UIDs a restore keeps (docs/prediction.md, "Restore"): current pods, `__node__` if the Node is
+    known, sys, the classes."""
     out = set(pod_uids) | {SYS_UID, *CLASS_UIDS}
     if node_known:
         out.add(NODE_UID)

@@ -1,5 +1,6 @@
-"""The Prod-reclaimable predictors (koordinator-prediction.md §4): pod-based, priority-based, and their
-min-combination, whose result is `prodReclaimableMetric` and whose peak is `prodPeakMetric`.
+"""The Prod-reclaimable predictors (docs/prediction.md, "Pod-based predictor" and the next two): pod-based,
+priority-based, and their min-combination, whose result is `prodReclaimableMetric` and whose peak is
+`prodPeakMetric`.
 
 Both predictors take only pods of class koord-prod or none (""). They read p95 for CPU and p98 for memory
 and scale by (100 + safety margin)/100, truncated: the pod predictor per pod, the priority predictor once on
@@ -39,7 +40,8 @@ def zero() -> Resources:
 
 
 def scale(value: int, margin_percent: int) -> int:
-    """`trunc(float(value) · (100 + margin)/100)`: 1035 at 10 % is 1138 (§9 item 5)."""
+    """`trunc(float(value) · (100 + margin)/100)`: 1035 at 10 % is 1138 (docs/prediction.md, "Reading a
+    model")."""
     return int(float(value) * (float(100 + margin_percent) / 100.0))
 
 
@@ -99,7 +101,8 @@ def _capped(alloc: Resources, unreclaimable: Resources, reclaimable: Resources) 
 
 
 class PodPredictor:
-    """§4.2: per pod, peak = p95 CPU / p98 memory × margin; reclaimable sums the positive request − peak."""
+    """Pod-based predictor (docs/prediction.md): per pod, peak = p95 CPU / p98 memory × margin; reclaimable
+    sums the positive request − peak."""
 
     def __init__(self, lookup: Lookup, params: PredictionParams, wall_now: float) -> None:
         self.lookup = lookup
@@ -150,8 +153,8 @@ class PodPredictor:
 
 
 class PriorityPredictor:
-    """§4.3: unReclaimable = (sys + the accepted classes' models) × margin, once; reclaimable =
-    Σ requests of the accepted, live pods − unReclaimable."""
+    """Priority-based predictor (docs/prediction.md): unReclaimable = (sys + the accepted classes' models) ×
+    margin, once; reclaimable = Σ requests of the accepted, live pods − unReclaimable."""
 
     def __init__(self, lookup: Lookup, params: PredictionParams) -> None:
         self.lookup = lookup
@@ -198,8 +201,8 @@ class ProdPrediction:
 
 
 class MinPredictor:
-    """§4.4: each pod to the pod predictor, then the priority predictor, stopping at the first error; the
-    result is the per-resource min, the peak the max."""
+    """Min predictor (docs/prediction.md): each pod to the pod predictor, then the priority predictor,
+    stopping at the first error; the result is the per-resource min, the peak the max."""
 
     def __init__(self, lookup: Lookup, params: PredictionParams, wall_now: float) -> None:
         self.pods = PodPredictor(lookup, params, wall_now)

@@ -1,4 +1,5 @@
-"""RuntimeHookService messages ↔ hook contexts (runtime-hooks.md §2.2, §2.3, §5). Pure: no I/O.
+"""RuntimeHookService messages ↔ hook contexts (docs/behaviour-runtime-hooks.md, "Pod and container contexts",
+"Proxy mode"). Pure: no I/O.
 
 * `ProxyConverter.pod_context` / `.container_context` are koordlet's `FromProxy`: the same `PodContext` /
   `ContainerContext` the NRI conversion builds, so the same hooks run on the same inputs. The pod's batch
@@ -6,8 +7,8 @@
   extended-resource-spec annotation (as on the NRI path).
 * `pod_response` / `container_response` are koordlet's `ProxyDone` merge: the response is pre-filled from
   the request, then the origin fields the hooks set (cpuset, shares, quota, memory) overwrite it. An
-  empty cpuset is propagated (project decision §8.3: it replaces the kubelet's cpuset); container envs are
-  merged.
+  empty cpuset is propagated (docs/behaviour-runtime-hooks.md, "Project decisions": it replaces the kubelet's
+  cpuset); container envs are merged.
 
 A request the hooks cannot safely use (no pod UID, a cgroup parent or container id that would leave the
 cgroup root) raises `ProxyRequestError`, which the service answers with INVALID_ARGUMENT.

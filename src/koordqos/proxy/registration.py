@@ -1,13 +1,14 @@
-"""The registration file koord-runtime-proxy reads: `<config dir>/koordlet.json` (runtime-hooks.md §5).
+"""The registration file koord-runtime-proxy reads: `<config dir>/koordlet.json`
+(docs/behaviour-runtime-hooks.md, "Proxy mode").
 
     {"remote-endpoint": "/var/run/koordlet/koordlet.sock", "failure-policy": "Ignore",
      "runtime-hooks": ["PreRunPodSandbox", "PreCreateContainer", ...]}
 
 The proxy watches the directory and calls the endpoint for the listed stages, applying `failure-policy`
 when the agent errors or is unreachable. Stages are those with at least one hook and an RPC, in the fixed
-stage order (project decisions §1.3 and §5: deterministic, no PreRemoveRunPodSandbox). The file is
-replaced atomically (temp file + rename, so the watcher never reads half a file) and rewritten whenever
-it is missing or differs, which keeps it current if someone deletes or edits it.
+stage order (docs/behaviour-runtime-hooks.md, "Project decisions": deterministic, no PreRemoveRunPodSandbox).
+The file is replaced atomically (temp file + rename, so the watcher never reads half a file) and rewritten
+whenever it is missing or differs, which keeps it current if someone deletes or edits it.
 """
 
 from __future__ import annotations

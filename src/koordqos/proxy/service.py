@@ -1,14 +1,15 @@
 """RuntimeHookService (runtime.v1alpha1) for koord-runtime-proxy, served with grpclib.
 
-Every call (runtime-hooks.md §5): decode → hook context (`FromProxy`) → the hook core's `run_call` within
-the caller's deadline, its handler running the stage (`HookCore.stage`; pod stages also write the pod
-cgroups before the reply, as on the NRI path) → the request-prefilled response with the hooks' values merged
-(`ProxyDone`). Outcomes:
+Every call (docs/behaviour-runtime-hooks.md, "Proxy mode"): decode → hook context (`FromProxy`) → the hook
+core's `run_call` within the caller's deadline, its handler running the stage (`HookCore.stage`; pod stages
+also write the pod cgroups before the reply, as on the NRI path) → the request-prefilled response with the
+hooks' values merged (`ProxyDone`). Outcomes:
 
 * bytes that are not the request message, or a request the hooks cannot safely use: INVALID_ARGUMENT
   (logged once, counted); the server keeps serving;
 * a hook error or an overrun under the Fail policy: UNKNOWN with the error (a Go handler returning a plain
-  error), and nothing was written (project decision §8.8); under Ignore the response is returned;
+  error), and nothing was written (docs/behaviour-runtime-hooks.md, "Project decisions"); under Ignore the
+  response is returned;
 * a bug of ours: UNKNOWN under Fail, the unchanged (pre-filled) response under Ignore.
 """
 
@@ -45,7 +46,8 @@ log = structlog.get_logger("koordqos.proxy")
 DEFAULT_REQUEST_TIMEOUT = 2.0  # seconds, when the caller sends no grpc-timeout
 MAX_MESSAGE_BYTES = 4 << 20  # grpc-go's default receive limit
 
-# RPC → stage (runtime-hooks.md §5); the registration file lists only stages that have an RPC
+# RPC → stage (docs/behaviour-runtime-hooks.md, "Proxy mode"); the registration file lists only stages that
+# have an RPC
 POD_RPCS: dict[str, Stage] = {
     "PreRunPodSandboxHook": Stage.PRE_RUN_POD_SANDBOX,
     "PostStopPodSandboxHook": Stage.POST_STOP_POD_SANDBOX,

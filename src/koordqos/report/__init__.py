@@ -1,4 +1,4 @@
-"""koordqos.report: what the agent reports to Koordinator's control plane (koordinator-reporting.md).
+"""koordqos.report: what the agent reports to Koordinator's control plane (docs/reporting.md).
 
 Planners, pure: `history` (the samples, bounded), `nodemetric` (NodeMetric status), `nrt` + `pools` +
 `kubelet` (NodeResourceTopology), `batch` (koord-manager's batch formula, for tests and the standalone

@@ -1,6 +1,6 @@
-"""koord-manager's batch-resource formula over a NodeMetric status (koordinator-reporting.md §5).
+"""koord-manager's batch-resource formula over a NodeMetric status (docs/reporting.md, "Batch formula").
 
-Used two ways: tests feed the agent's own report through it, as koord-manager would (§5.4), and the opt-in
+Used two ways: tests feed the agent's own report through it, as koord-manager would, and the opt-in
 standalone mode (`--batch-resource-source=agent`) computes the Node's `kubernetes.io/batch-cpu` /
 `batch-memory` with it on clusters without koord-manager. Pure: all inputs are arguments.
 """
@@ -97,7 +97,8 @@ def calculate(
     status: Mapping[str, Any],
     strategy: BatchStrategy = BatchStrategy(),
 ) -> BatchResult:
-    """§5.3 `calculateOnNode` + `CalculateBatchResourceByPolicy`; ModelError on a malformed status."""
+    """The batch formula (docs/reporting.md): `calculateOnNode` + `CalculateBatchResourceByPolicy`; ModelError
+    on a malformed status."""
     res = ("cpu", "memory")
     cap = {r: node.capacity.get(r, 0) for r in res}
     percent = {

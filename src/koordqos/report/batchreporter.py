@@ -78,8 +78,8 @@ def standalone_values(
 def standalone_mid_values(
     state: NodeState, status: Json, strategy: MidStrategy | None = None
 ) -> tuple[dict[str, int] | None, str]:
-    """koord-manager's Mid formula (§6) over the agent's own report (its prodReclaimableMetric) and pod
-    list: (mid values, "") or (None, why)."""
+    """koord-manager's Mid formula (docs/prediction.md, "Mid formula") over the agent's own report (its
+    prodReclaimableMetric) and pod list: (mid values, "") or (None, why)."""
     node = state.node
     if node is None:
         return None, "Node not known yet"

@@ -1,5 +1,5 @@
 """Wire formats of the reported objects: Kubernetes quantities as koordlet prints them, Go durations and
-RFC 3339 timestamps (koordinator-reporting.md §1.3, §5.3)."""
+RFC 3339 timestamps (docs/reporting.md, "Quantities", "Status fields")."""
 
 from __future__ import annotations
 

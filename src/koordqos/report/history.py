@@ -1,9 +1,9 @@
 """ReportHistory: the samples the NodeMetric report is computed from, at bounded memory.
 
 Separate from the QoS strategies' `MetricStore` because the report needs other definitions (pod memory as
-anonymous pages, docs/reporting.md; per-tick system usage, §1.5) and other retentions (node and system
-series for the longest aggregated duration, 30 min by default; pod and host-app series for the aggregate
-window, 5 min).
+anonymous pages, docs/reporting.md; per-tick system usage, docs/reporting.md "System usage per tick") and
+other retentions (node and system series for the longest aggregated duration, 30 min by default; pod and
+host-app series for the aggregate window, 5 min).
 
 Every series is a fixed-capacity ring of (monotonic time, value) in two `array('d')`s: 16 bytes a point, no
 per-sample objects. A series never holds more than `max_points`; when a retention would need more at the
@@ -11,7 +11,8 @@ collect interval, consecutive samples are averaged `stride` at a time (exact for
 percentiles; with the defaults — 1 s, 30 min + 1 interval — no stride is needed). Memory at 200 pods,
 defaults: 200 pods × 3 series × ~400 points × 16 B ≈ 4 MB, plus 5 node series × ~1900 points.
 
-Times are the agent's monotonic clock, so a wall-clock jump does not move the windows (§6).
+Times are the agent's monotonic clock, so a wall-clock jump does not move the windows (docs/reporting.md,
+"Times and pods").
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ class EntitySeries:
 
 @dataclass(slots=True)
 class NumaSeries:
-    """One NUMA node's usage (cores, bytes) and its per-tick system part (numaUsages, prediction spec §5)."""
+    """One NUMA node's usage (cores, bytes) and its per-tick system part (numaUsages, docs/prediction.md)."""
 
     cpu: Series
     memory: Series
@@ -245,7 +246,8 @@ class ReportHistory:
     # -- feeding -------------------------------------------------------------------------------------------
 
     def ingest(self, snap: MetricSnapshot, at: float | None = None) -> None:
-        """Store one round and derive the round's system usage (koordlet's per-tick rule, §1.5)."""
+        """Store one round and derive the round's system usage (docs/reporting.md, "System usage per
+        tick")."""
         for _ in self.ingest_steps(snap, at):
             pass
 
@@ -303,7 +305,8 @@ class ReportHistory:
         if node.cpu_usage_cores is None or node.memory_used is None:
             self.system_ticks_skipped += 1
         else:
-            # system = max(node − Σ pods − Σ host apps, 0) per tick, without-page-cache memory always (§1.5)
+            # system = max(node − Σ pods − Σ host apps, 0) per tick, without-page-cache memory always
+            # (docs/reporting.md)
             system_cpu = max(node.cpu_usage_cores - sum_cpu, 0.0)
             ns[SYSTEM_CPU].append(t, system_cpu)
             ns[SYSTEM_MEMORY].append(t, max(float(node.memory_used) - sum_mem, 0.0))
@@ -340,7 +343,8 @@ class ReportHistory:
                 series.system_memory.append(t, max(float(n.memory_used) - pod_mem.get(n.node, 0.0), 0.0))
 
     def retain_pods(self, uids: Collection[str]) -> list[str]:
-        """Forget pods not in `uids` (a pod recreated under the same name is a new uid, §6)."""
+        """Forget pods not in `uids` (a pod recreated under the same name is a new uid, docs/reporting.md
+        "Times and pods")."""
         gone = [u for u in self.pods if u not in uids]
         for uid in gone:
             del self.pods[uid]

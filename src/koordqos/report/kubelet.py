@@ -72,7 +72,8 @@ def parse_checkpoint(text: str) -> CheckpointState:
 
 
 def topology_policy(scope: str | None, policy: str | None) -> str:
-    """kubelet topologyManagerScope/Policy → the NRT's `topologyPolicies[0]` (§2.3)."""
+    """kubelet topologyManagerScope/Policy → the NRT's `topologyPolicies[0]` (docs/reporting.md, "Topology
+    policy")."""
     return _TOPOLOGY_POLICIES.get(((scope or "container"), policy or ""), "None")
 
 

@@ -1,5 +1,5 @@
 """koord-manager's Mid-tier formula (`MidResource` plugin) over a NodeMetric status
-(koordinator-prediction.md §6, §8.7).
+(docs/prediction.md, "Mid formula").
 
 Used by the standalone mode (`--batch-resource-source=agent`) to set the Node's `kubernetes.io/mid-cpu`
 (integer milli-cores) and `kubernetes.io/mid-memory` (bytes) from the agent's own report, and by tests to
@@ -121,7 +121,8 @@ def calculate(
     status: Mapping[str, Any],
     strategy: MidStrategy = MidStrategy(),
 ) -> MidResult:
-    """§6 dynamic mode (or static), per resource in milli-cores / bytes."""
+    """The dynamic mode (or static) of docs/prediction.md "Mid formula", per resource in milli-cores /
+    bytes."""
     if strategy.mid_reclaim_mode == "static":
         return static_mid(node, strategy)
     cap = {r: node.capacity.get(r, 0) for r in RESOURCES}

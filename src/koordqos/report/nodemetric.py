@@ -1,10 +1,12 @@
 """The NodeMetric status planner: (report history, collection policy, known pods and host apps, now) →
-the complete `status` to write, or why no status may be written (koordinator-reporting.md §1.3–§1.8).
+the complete `status` to write, or why no status may be written (docs/reporting.md, "Reporting rules the code
+refers to").
 
 Pure: reads only its arguments. The status is built whole every round (koordlet replaces it wholesale).
 `prodReclaimableMetric` / `prodPeakMetric` come from the prediction hook (`report.prediction`), given the
-pods that have usage in this report (koordinator-prediction.md §4.5); `numaUsages` from the history's NUMA
-series (§5). The prediction fields and `numaUsages` are reported (issue #34, docs/prediction.md).
+pods that have usage in this report (docs/prediction.md, "Min predictor"); `numaUsages` from the history's
+NUMA series (docs/prediction.md, "numaUsages"). The prediction fields and `numaUsages` are reported (issue
+#34, docs/prediction.md).
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ def _entity_usage(e: EntitySeries, with_cache: bool, start: float, now: float) -
 
 def numa_usages(history: ReportHistory, start: float, now: float) -> list[Json]:
     """`numaUsages`: per NUMA node (by id) the mean node usage and, when it has samples, the mean system
-    usage over the aggregate window; a NUMA node without CPU or memory samples is left out (§5)."""
+    usage over the aggregate window; a NUMA node without CPU or memory samples is left out
+    (docs/prediction.md, "numaUsages")."""
     out: list[Json] = []
     for node_id in sorted(history.numa):
         n = history.numa[node_id]

@@ -1,7 +1,7 @@
-"""The NodeResourceTopology planner (koordinator-reporting.md §2): node facts, pods and the kubelet's CPU
-manager → the agent-owned part of the NRT (annotations, labels, topology policy, zones), the merge onto the
-object in the cluster (keeping what others add) and the semantic change test that decides whether to write.
-Pure: no I/O.
+"""The NodeResourceTopology planner (docs/reporting.md, "Zones", "NRT writes"): node facts, pods and the
+kubelet's CPU manager → the agent-owned part of the NRT (annotations, labels, topology policy, zones), the
+merge onto the object in the cluster (keeping what others add) and the semantic change test that decides
+whether to write. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ def _resource(name: str, capacity: str, allocatable: str | None = None) -> Json:
 
 
 def _zones(inp: NRTInputs) -> tuple[Json, ...]:
-    """One `Node` zone per NUMA node (§2.2); without NUMA information one zone with everything."""
+    """One `Node` zone per NUMA node (docs/reporting.md, "Zones"); without NUMA information one zone with
+    everything."""
     by_node = inp.topology.by_node()
     numa = dict(inp.hardware.numa)
     if not numa:
@@ -390,7 +391,8 @@ def sanitized(current: Mapping[str, Any], problems: list[FieldProblem]) -> Json:
 
 
 def changed(current: Mapping[str, Any], want: NRTDesired) -> bool:
-    """Whether the object in the cluster differs from what the agent wants (§2.8 step 4)."""
+    """Whether the object in the cluster differs from what the agent wants (docs/reporting.md, "NRT
+    writes")."""
     meta = current.get("metadata") or {}
     ann = meta.get("annotations") or {}
     for key, value in want.annotations.items():

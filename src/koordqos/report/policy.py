@@ -1,4 +1,5 @@
-"""The NodeMetric `spec.metricCollectPolicy`, merged over koordlet's defaults (koordinator-reporting.md §1.2).
+"""The NodeMetric `spec.metricCollectPolicy`, merged over koordlet's defaults (docs/reporting.md, "Collection
+policy").
 
 Absent fields keep their default; a present `durations` list replaces the default list; the aggregate
 window is raised to at least 60 s and the report interval to at least 30 s.

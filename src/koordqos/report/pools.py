@@ -1,4 +1,5 @@
-"""The LS and BE CPU share pools and the resolved reserved CPUs (koordinator-reporting.md §2.6).
+"""The LS and BE CPU share pools and the resolved reserved CPUs (docs/reporting.md, "Share pools and reserved
+CPUs").
 
 One computation serves both the NRT annotations (`cpu-shared-pools`, `be-cpu-shared-pools`) and the
 CPUSetAllocator hook. Pure: pods, node annotations and kubelet allocations in, pools out.
@@ -142,8 +143,9 @@ def share_pools(
     reserved_cpus: Iterable[int] = (),
     system_qos_cpus: Iterable[int] = (),
 ) -> SharePools:
-    """§2.6 steps 1–6. `kubelet_pinned`: CPUs of kubelet static-policy pods (pass () unless the policy is
-    static); Succeeded/Failed pods are skipped (their CPUs are free again)."""
+    """docs/reporting.md "Share pools and reserved CPUs", steps 1–5. `kubelet_pinned`: CPUs of kubelet
+    static-policy pods (pass () unless the policy is static); Succeeded/Failed pods are skipped (their CPUs
+    are free again)."""
     all_cpus = set(topology.cpu_ids)
     ls = all_cpus - set(kubelet_pinned)
     be = set(ls)

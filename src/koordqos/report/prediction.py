@@ -1,12 +1,13 @@
 """The prediction server: the models trained from the report history, checkpointed to disk, and the
-NodeMetric's `prodReclaimableMetric` / `prodPeakMetric` (koordinator-prediction.md §1.3, §3, §4.5, §5).
+NodeMetric's `prodReclaimableMetric` / `prodPeakMetric` (docs/prediction.md, "Prediction rules the code refers
+to").
 
 * Start: wait until pods and the Node are synced, restore the checkpoints (known UIDs only; see
   docs/prediction.md for what happens to the other files), then run two loops.
 * Training: at once, then a training interval after the previous round finished. One round reads, for every
   pod the agent knows, the P90 of its CPU and memory series over the last interval (`ReportHistory`, the
-  collector's samples), and the node's; pods without samples are skipped (§1.3). Sliced: the loop gets a
-  turn every 100 pods.
+  collector's samples), and the node's; pods without samples are skipped ("Training round"). Sliced: the loop
+  gets a turn every 100 pods.
 * Every minute after the first round: drop models older than the expiration (and their files), then write
   the due checkpoints (≤ 12 a round, each model ≤ every 10 min), off the event loop.
 * `fields(state, wall)`: the report's prediction fields, from the pods that have usage in the report.
@@ -98,7 +99,8 @@ def round_samples_steps(
     per_step: int = SAMPLES_PER_STEP,
 ) -> Generator[None, None, RoundSamples]:
     """The training inputs at `now` (the history's clock): each pod's and the node's P90 over
-    `[now − window, now]`; a pod missing CPU or memory samples there is left out (§1.3)."""
+    `[now − window, now]`; a pod missing CPU or memory samples there is left out (docs/prediction.md,
+    "Training round")."""
     start = now - window
     out: list[PodUsage] = []
     for i, pod in enumerate(pods, 1):
@@ -158,7 +160,8 @@ class PredictionServer:
         self.wall = wall
         self.sleep = sleep
         self.offload = offload  # file I/O in a worker thread (tests may keep it on the loop)
-        self.trained = False  # after the first round: GC and checkpoints may run (§1.3 step 5)
+        # after the first round: GC and checkpoints may run (docs/prediction.md, "Training round")
+        self.trained = False
         self.last_train: TrainResult | None = None
         self.last_restore: RestoreResult | None = None
         self.checkpoint_writes = 0
@@ -187,7 +190,7 @@ class PredictionServer:
         MODELS.set(len(self.store))
         MODEL_BYTES.set(self.store.nbytes())
 
-    # -- restore (§3.5) ------------------------------------------------------------------------------------
+    # -- restore (docs/prediction.md, "Restore") -----------------------------------------------------------
 
     async def restore(self, state: NodeState | None = None, *, read_only: bool = False) -> RestoreResult:
         """Load the checkpoints of the UIDs known now; `read_only` (report --once, --dry-run) deletes
@@ -279,7 +282,8 @@ class PredictionServer:
 
     def _load(self, cp: ModelCheckpoint, size: int) -> None:
         model = self.store.new_model()
-        model.last_updated_ns = cp.last_updated_ns  # the file's save time (§9 item 11)
+        # the file's save time (docs/prediction.md, "Checkpoint file")
+        model.last_updated_ns = cp.last_updated_ns
         for what, hist, part in (("CPU", model.cpu, cp.cpu), ("Memory", model.memory, cp.memory)):
             try:
                 if part is None:
@@ -311,7 +315,7 @@ class PredictionServer:
         CHECKPOINTS.labels("deleted").inc(done)
         return done
 
-    # -- training (§1.3) -----------------------------------------------------------------------------------
+    # -- training (docs/prediction.md, "Training round") ---------------------------------------------------
 
     async def train_round(self, state: NodeState | None = None) -> TrainResult:
         """One training round over the pods of `state` (default: the bus's), in slices."""
@@ -333,7 +337,7 @@ class PredictionServer:
         self._gauges()
         return result
 
-    # -- GC and checkpoints (§3.1, §3.4) -------------------------------------------------------------------
+    # -- GC and checkpoints (docs/prediction.md, "Expiry", "Checkpoints") ----------------------------------
 
     async def gc_round(self) -> list[str]:
         """Drop expired models and their files."""
@@ -363,7 +367,8 @@ class PredictionServer:
         return done
 
     async def checkpoint_round(self) -> int:
-        """Write the due checkpoints (each marked checkpointed even when its write failed, §9 item 12)."""
+        """Write the due checkpoints (each marked checkpointed even when its write failed, docs/prediction.md
+        "Checkpoints")."""
         cp = self.checkpoints
         if not self.trained or cp is None or self.read_only:
             return 0
@@ -453,7 +458,7 @@ class PredictionServer:
                 log.exception("prediction GC/checkpoint round failed")
             await self.sleep(MAINTENANCE_SECONDS)
 
-    # -- the report fields (§4.5, §5) ----------------------------------------------------------------------
+    # -- the report fields (docs/prediction.md, "Report") --------------------------------------------------
 
     def fields(
         self, state: NodeState, wall_now: float

@@ -1,4 +1,4 @@
-"""Window statistics as koordlet computes them for the NodeMetric report (koordinator-reporting.md §1.3).
+"""Window statistics as koordlet computes them for the NodeMetric report (docs/reporting.md, "Status fields").
 
 The percentile index rule is koordlet's (`fieldPercentileOfMetricList`): sort ascending and take index
 `max(0, floor(n·p) − 1)` — parity with koordlet (docs/reporting.md), kept apart from `MetricStore.percentile`

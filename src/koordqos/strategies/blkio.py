@@ -1,4 +1,4 @@
-"""BlkioReconcile (qos-manager.md §2.7): block I/O throttles and weights: planner.
+"""BlkioReconcile (docs/reconcile.md, "Blkio"): block I/O throttles and weights: planner.
 
 Targets: the besteffort QoS dir (`beClass.blkioQOS`), the blkio root (`cgroupRoot.blkioQOS`: io cost QoS and
 model) and the dirs of pods with the `koordinator.sh/blkioQOS` annotation. A block (`device`, `volumegroup`,

@@ -1,4 +1,5 @@
-"""CPUBurst (spec §2.4): let latency-sensitive containers absorb short spikes instead of being throttled.
+"""CPUBurst (docs/behaviour-qos-manager.md, "CPU burst"): let latency-sensitive containers absorb short spikes
+instead of being throttled.
 
 Two mechanisms, both per container of burstable pods (raw QoS LS, SYSTEM or unlabeled):
 * static: a CFS burst budget (`cpu.cfs_burst_us` / v2 `cpu.max.burst`) of `cpuBurstPercent` of the CPU limit;

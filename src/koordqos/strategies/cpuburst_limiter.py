@@ -1,4 +1,5 @@
-"""CPUBurst's burst limiter (spec §2.4): a token bucket per container bounding time spent above the limit."""
+"""CPUBurst's burst limiter (docs/behaviour-qos-manager.md, "Burst limiter"): a token bucket per container
+bounding time spent above the limit."""
 
 from __future__ import annotations
 

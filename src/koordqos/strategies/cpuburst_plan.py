@@ -1,4 +1,5 @@
-"""CPUBurst planning (spec §2.4), pure: config merge, node state, static burst and dynamic quota decisions.
+"""CPUBurst planning (docs/behaviour-qos-manager.md, "CPU burst"), pure: config merge, node state, static
+burst and dynamic quota decisions.
 
 Static: a CFS burst budget of `cpuBurstPercent` of the CPU limit. Dynamic: the container's CFS quota grows
 ×1.2 per round while throttled and shrinks ×0.8 while the shared CPU pool is overloaded (or the container's

@@ -1,4 +1,5 @@
-"""CPUEvict (spec §2.2): evict pods under CPU pressure, from three triggers combined into one eviction pass.
+"""CPUEvict (docs/behaviour-qos-manager.md, "CPU evict"): evict pods under CPU pressure, from three triggers
+combined into one eviction pass.
 
 * BECPUEvict — BE satisfaction (real limit or batch allocatable ÷ BE request) too low while BE is busy;
 * CPUAllocatableEvict — requests of low-priority pods exceed a share of the node's allocatable;

@@ -1,4 +1,5 @@
-"""BE cpuset picking (spec §2.1): hyper-thread pairs first, spread round-robin over NUMA×socket buckets."""
+"""BE cpuset picking (docs/behaviour-qos-manager.md, "BE cpuset picking"): hyper-thread pairs first, spread
+round-robin over NUMA×socket buckets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""CPUSuppress (spec §2.1): cap the CPU the besteffort subtree may use (CFS quota or a smaller cpuset).
+"""CPUSuppress (docs/behaviour-qos-manager.md, "CPU suppress"): cap the CPU the besteffort subtree may use
+(CFS quota or a smaller cpuset).
 
 `suppress = capacity × threshold − non-BE pod usage − non-BE host-app usage − system usage` (milli-CPU),
 floored by `cpuSuppressMinPercent`. The `cfsQuota` policy turns it into the besteffort dir's quota (with a

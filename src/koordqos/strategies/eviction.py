@@ -1,4 +1,5 @@
-"""Shared eviction selection (spec §3): policy annotation, candidate filters and sorts, release accounting.
+"""Shared eviction selection (docs/behaviour-qos-manager.md, "Eviction"): policy annotation, candidate filters
+and sorts, release accounting.
 
 Pure: the pass over tasks (`kill_and_evict_steps`) is a generator that yields `(task, pod)` and is sent
 whether the eviction succeeded, so the evictor (the I/O) stays outside. `kill_and_evict` drives it with an
@@ -226,7 +227,8 @@ def sort_by_priority(
     build: Callable[[PodInfo, PodEvictInfo], PodEvictInfo | None],
     sub_key: Callable[[PodEvictInfo], int],
 ) -> list[PodEvictInfo]:
-    """§3.4: active, policy-allowed, priority ≤ threshold, eviction-enabled pods with metrics; lowest first.
+    """Eviction candidates (docs/behaviour-qos-manager.md): active, policy-allowed, priority ≤ threshold,
+    eviction-enabled pods with metrics; lowest first.
 
     `build` fills the usage/request numbers (returning None drops a pod whose usage is unknown);
     `sub_key` is the feature's tie-breaker, larger first.

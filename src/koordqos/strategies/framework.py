@@ -1,4 +1,5 @@
-"""The QoS manager (spec §1): a registry of strategies run on metric ticks, each at its own interval.
+"""The QoS manager (docs/behaviour-qos-manager.md): a registry of strategies run on metric ticks, each at its
+own interval.
 
 Each enabled strategy gets its own bus subscription (own queue and task), so a slow one (an eviction
 waiting on the API server) never delays another. A strategy's round is `plan` (pure: state + metrics +

@@ -1,4 +1,5 @@
-"""MemoryEvict (spec §2.3): evict pods when node memory usage (or the memory allocatable ledger) is too high.
+"""MemoryEvict (docs/behaviour-qos-manager.md, "Memory evict"): evict pods when node memory usage (or the
+memory allocatable ledger) is too high.
 
 Features in koordlet's order: BEMemoryEvict (BE pods by usage), MemoryAllocatableEvict (ledger),
 MemoryEvict (priority-based by usage). Pure: `plan_memory_evict` returns `EvictTask`s.

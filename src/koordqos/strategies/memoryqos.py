@@ -1,4 +1,4 @@
-"""CgroupReconcile (qos-manager.md §2.5): memory QoS at QoS, pod and container level: planner.
+"""CgroupReconcile (docs/reconcile.md, "Memory QoS"): memory QoS at QoS, pod and container level: planner.
 
 Per pod the class's `memoryQOS` (by QoS class with default; LSE uses LSR) is merged with the pod annotation
 `koordinator.sh/memoryQOS` (policy `none` → the None template, `auto` → the class's recommended defaults,

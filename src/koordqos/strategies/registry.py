@@ -1,4 +1,5 @@
-"""Strategy registry: name → factory, in the fixed set-up/start order of spec §1.1 (project decision)."""
+"""Strategy registry: name → factory, in a fixed set-up/start order (docs/behaviour-qos-manager.md,
+"Strategies and their order")."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ ORDER = (
     "MemoryEvict",
     "RdtResctrl",
     "SystemConfig",
-    "TCNetworkQoS",  # koordlet's runtime-hook rules (runtime-hooks.md §3.9, §3.10), run as strategies here
+    "TCNetworkQoS",  # koordlet's runtime-hook rules (docs/network-qos.md), run as strategies here
     "TerwayQoS",
     "PSIInterference",  # koordqos's own (docs/psi.md), after koordlet's
 )

@@ -1,4 +1,5 @@
-"""ResctrlReconcile (qos-manager.md §2.6) and the Resctrl hook's pod groups (runtime-hooks.md §3.8): planner.
+"""ResctrlReconcile (docs/reconcile.md, "Resctrl") and the Resctrl hook's pod groups
+(docs/behaviour-runtime-hooks.md, "Resctrl hook"): planner.
 
 Class groups `LSR`, `LS`, `BE` get a schemata from their class's `resctrlQOS` (L3 way range, MBA percent;
 a disabled class carries the None template 0–100 % / 100 %) and the threads of the active pods of that class

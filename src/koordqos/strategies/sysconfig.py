@@ -1,4 +1,5 @@
-"""SystemConfigReconcile (qos-manager.md §2.8): sysctls and sched features from `systemStrategy`: planner.
+"""SystemConfigReconcile (docs/reconcile.md, "System config"): sysctls and sched features from
+`systemStrategy`: planner.
 
 Each configured value is checked against the kernel's range first; an out-of-range value is reported (one
 problem per field) and its file is left unchanged. Optional files (memcg reaper, group identity, idle saver,

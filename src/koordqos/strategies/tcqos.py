@@ -1,4 +1,5 @@
-"""TCNetworkQoS (runtime-hooks.md §3.9): HTB classes on the default-route NIC, BE traffic classified: planner.
+"""TCNetworkQoS (docs/network-qos.md, "tc"): HTB classes on the default-route NIC, BE traffic classified:
+planner.
 
 Enabled when `policies.netQOSPolicy` is `tc` (or unset) and the NodeSLO has a `systemStrategy`. The plan:
 

@@ -1,4 +1,4 @@
-"""TerwayQoS (runtime-hooks.md §3.10): the config files terway's QoS reads: planner.
+"""TerwayQoS (docs/network-qos.md, "terway-qos"): the config files terway's QoS reads: planner.
 
 Enabled iff `policies.netQOSPolicy` is `terway-qos`; otherwise both files are removed (nothing happens before
 the first NodeSLO). In `--terway-qos-dir` (koordlet: `/host-var-lib/terway/qos`):

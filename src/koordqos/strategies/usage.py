@@ -1,4 +1,5 @@
-"""Usage split (spec §1.8 `CalculateFilterPodsUsed`) and the node facts CPU suppress reads. Pure."""
+"""Usage split (docs/behaviour-qos-manager.md; koordlet's `CalculateFilterPodsUsed`) and the node facts CPU
+suppress reads. Pure."""
 
 from __future__ import annotations
 

@@ -4,9 +4,10 @@ isort:skip_file
 Koordinator runtime hook API, package runtime.v1alpha1: the RuntimeHookService koord-runtime-proxy calls
 before/after each CRI call it forwards to the runtime.
 
-Written for koordqos from the wire description in spec/runtime-hooks.md §5. Package, service, method
-names, field numbers and field types are the wire contract (they must match what koord-runtime-proxy
-sends); message names are free, they never travel.
+Written for koordqos from the wire description of koord-runtime-proxy's RuntimeHookService
+(docs/behaviour-runtime-hooks.md, "Proxy mode"). Package, service, method names, field numbers and
+field types are the wire contract (they must match what koord-runtime-proxy sends); message names
+are free, they never travel.
 
 The file sits under protos/runtime/ at the path of its Python package so that the grpclib plugin's
 generated import (`import koordqos.proxy.api.runtime_api_pb2`) is the real module path.

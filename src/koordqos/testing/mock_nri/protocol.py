@@ -1,5 +1,5 @@
 """The NRI protocol as the mock runtime enforces it: service names, event tables, the Go reader's frame rule
-(nri-protocol §2.2) and the errors a runtime call ends in."""
+(docs/behaviour-nri.md, "Frames the runtime can read") and the errors a runtime call ends in."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class PluginDroppedError(KoordQoSError):
 
 
 def go_frame_check(conn_id: int, payload: bytes, decoder: TtrpcDecoder) -> None:
-    """Raise ProtocolError for a frame the Go mux + ttrpc reader could not take (nri-protocol §2.2)."""
+    """Raise ProtocolError for a frame the Go mux + ttrpc reader could not take (docs/behaviour-nri.md)."""
     if decoder.buffered == 0:
         if len(payload) > GO_READ_BUFFER:
             raise ProtocolError(

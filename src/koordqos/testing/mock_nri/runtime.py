@@ -375,7 +375,8 @@ class MockRuntime:
 
     @staticmethod
     def _check_reply(link: PluginLink, method: str, req: ProtoMessage, resp: ProtoMessage) -> None:
-        """What pkg/adaptation refuses in a reply (§7.2): the operation then fails, as on a real runtime."""
+        """What pkg/adaptation refuses in a reply (docs/behaviour-nri.md): the operation then fails, as on a
+        real runtime."""
         updates = getattr(resp, "update", ())
         if method == "CreateContainer":
             own = req.container.id  # type: ignore[attr-defined]
