@@ -1,5 +1,5 @@
 """The agent as a real subprocess in cluster mode against the real API server, on a synthetic node: the
-cluster-mode flags for `koordqos.testing.agentproc`'s one helper, and the debug endpoints read back."""
+cluster-mode flags for `koordqos.testing.agentrunner`'s one helper, and the debug endpoints read back."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The agent as the tests start it: `koordqos.testing.agentproc` (the one implementation: command line,
+"""The agent as the tests start it: `koordqos.testing.agentrunner` (the one implementation: command line,
 environment, start, readiness, log, stop and the one `free_port`, shared with the demo) and what only tests
 need on top: the cluster-mode command line for a synthetic node and a fake API server, and waiting until an
 HTTP endpoint answers a given status.
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import aiohttp
 
-from koordqos.testing.agentproc import (
+from koordqos.testing.agentrunner import (
     AgentLaunch,
     AgentNotReady,
     AgentPopen,

@@ -1,5 +1,5 @@
 """The agent as the demo runs it: `python -m koordqos run` in local mode, as a subprocess
-(`koordqos.testing.agentproc` starts, waits for and stops it).
+(`koordqos.testing.agentrunner` starts, waits for and stops it).
 
 Pods come from the mock NRI runtime on a unix socket, the NodeSLO from a file (CPU suppress on, policy
 cfsQuota, the demo's threshold), `--debug-endpoints` so the decisions can be read back as they happen.
@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from koordqos.testing.agentproc import AgentLaunch, AsyncAgent, agent_argv, agent_env, free_port
+from koordqos.testing.agentrunner import AgentLaunch, AsyncAgent, agent_argv, agent_env, free_port
 
 SUPPRESS = "BECPUSuppress"
 GATES = (
@@ -100,7 +100,7 @@ class AgentSpec:
         return agent_env(home=self.log_file.parent)  # no ~/.kube/config either, nor in-cluster
 
     def launch(self) -> AgentLaunch:
-        """The command, environment and log (appended to) of `koordqos.testing.agentproc`; its own session,
+        """The command, environment and log (appended to) of `koordqos.testing.agentrunner`; its own session,
         so the terminal's Ctrl-C reaches the demo only (the demo stops the agent)."""
         return AgentLaunch(
             self.command(), self.log_file, self.port, self.env(), append=True, new_session=True
@@ -108,7 +108,7 @@ class AgentSpec:
 
 
 class AgentProcess(AsyncAgent):
-    """A running agent (`koordqos.testing.agentproc.AsyncAgent`: start, readiness, stop) and what the demo
+    """A running agent (`koordqos.testing.agentrunner.AsyncAgent`: start, readiness, stop) and what the demo
     reads of it: decisions, the usage it saw, its own CPU time; pause and resume."""
 
     def __init__(self, spec: AgentSpec) -> None:

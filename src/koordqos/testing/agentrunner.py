@@ -47,9 +47,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def agent_argv(*args: str, launcher: Sequence[str] = ()) -> list[str]:
-    """`python -m koordqos run ARGS...` with this interpreter, after `launcher` (e.g. the demo's nsexec)."""
-    return [*launcher, sys.executable, "-m", "koordqos", "run", *args]
+def agent_argv(
+    *args: str, launcher: Sequence[str] = (), entry: Sequence[str] = ("-m", "koordqos")
+) -> list[str]:
+    """`python -m koordqos run ARGS...` with this interpreter, after `launcher` (e.g. the demo's nsexec);
+    `entry` runs the agent's CLI some other way (e.g. under a tracer that hands on to it)."""
+    return [*launcher, sys.executable, *entry, "run", *args]
 
 
 def agent_env(*, home: Path | None = None) -> dict[str, str]:
@@ -207,6 +210,12 @@ class AgentPopen(_Agent):
     def wait(self, timeout: float) -> int:
         """Its exit code once it exits by itself (subprocess.TimeoutExpired after `timeout`)."""
         return self.proc.wait(timeout)
+
+    def send_signal(self, sig: int) -> None:
+        """`sig` to the agent if it still runs."""
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(sig)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> int:
         """SIGTERM, up to `timeout` s to exit, then SIGKILL; its exit code (negative: the signal)."""
