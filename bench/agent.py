@@ -36,6 +36,7 @@ from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
 from tests.support.agentproc import AgentLaunch, AsyncAgent, agent_argv, free_port
+from tests.support.agentproc import agent_env as clean_env
 from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_nodeslo, make_pod
 
 NODE = "bench-node"
@@ -317,7 +318,7 @@ async def one_run(
         cmd += ["--event-loop", event_loop]
     if not reporting:
         cmd += ["--enable-node-metric-report=false", "--feature-gates=NodeTopologyReport=false"]
-    env = agent_env()
+    env = clean_env()  # without KOORDQOS_*
     if step_clock != "off":  # off: to measure what the detector itself costs
         env["KOORDQOS_LOOP_WATCH"] = ("cpu" if step_clock == "cpu" else "wall") + (
             ",stacks" if step_stacks else ""
