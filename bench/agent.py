@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import sys
 import tempfile
 import time
@@ -36,7 +35,8 @@ from koordqos.testing.mock_nri.protocol import PluginDroppedError
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
-from tests.support.agentproc import free_port
+from tests.support.agentproc import AgentLaunch, AsyncAgent, agent_argv, free_port
+from tests.support.agentproc import agent_env as clean_env
 from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_nodeslo, make_pod
 
 NODE = "bench-node"
@@ -298,11 +298,7 @@ async def one_run(
     await runtime.start()
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "koordqos",
-        "run",
+    cmd = agent_argv(
         "--kubeconfig",
         str(kubeconfig),
         "--node-name",
@@ -317,36 +313,24 @@ async def one_run(
         "warning",
         "--log-format",
         "json",
-    ]
+    )
     if event_loop:
         cmd += ["--event-loop", event_loop]
     if not reporting:
         cmd += ["--enable-node-metric-report=false", "--feature-gates=NodeTopologyReport=false"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
+    env = clean_env()  # without KOORDQOS_*
     if step_clock != "off":  # off: to measure what the detector itself costs
         env["KOORDQOS_LOOP_WATCH"] = ("cpu" if step_clock == "cpu" else "wall") + (
             ",stacks" if step_stacks else ""
         )
     env |= dict(kv.split("=", 1) for kv in agent_env)
-    errlog = open(os.environ.get("BENCH_AGENT_STDERR", os.devnull), "w")  # noqa: SIM115
+    log = Path(os.environ.get("BENCH_AGENT_STDERR") or workdir / "agent.log")
     load_start = os.getloadavg()
-    t_spawn = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=errlog)
+    proc = await AsyncAgent(AgentLaunch(cmd, log, port, env)).start()
     result: dict[str, Any] = {"pods": pods}
     try:
         async with aiohttp.ClientSession() as http:
-            deadline = time.monotonic() + 60 + pods * 0.05
-            while True:
-                try:
-                    async with http.get(f"{base}/readyz") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                if time.monotonic() > deadline or proc.returncode is not None:
-                    raise RuntimeError("agent never became ready")
-                await asyncio.sleep(0.05)
-            result["startup_s"] = time.monotonic() - t_spawn
+            result["startup_s"] = await proc.wait_ready(60 + pods * 0.05)
             await runtime.wait_joined(timeout=60)
             # the start-up work is not steady state: a reconciler pass that began after the Synchronize
             # must have finished (its first one writes every pod) before the warm-up starts
@@ -376,15 +360,12 @@ async def one_run(
             "nrt_writes": report_writes(metrics, "NodeResourceTopology"),
             "load": [load_start, os.getloadavg()],
         }
-        proc.send_signal(signal.SIGTERM)
         t_stop = time.monotonic()
-        rc = await asyncio.wait_for(proc.wait(), 10 + pods * 0.01)
+        rc = await proc.stop(10 + pods * 0.01)  # SIGTERM; SIGKILL (rc -9) after the deadline
         result["stop_s"] = time.monotonic() - t_stop
         result["rc"] = rc
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await proc.stop()
         await runtime.stop()
         await api.stop()
     return result

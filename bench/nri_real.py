@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -32,16 +30,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from _common import add_busy_poll, machine, median, percentile, proc_cpu_seconds, table
 from koordqos.testing.nodefs import SyntheticNode, overwrite
+from tests.support.agentproc import AgentLaunch, AgentPopen, agent_argv, agent_env, free_port
 from tests.support.gopeer import GoUnavailable, build, run_peer
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_UID = "0b3e2c1a-bench-4e2a-9c1d-000000000001"  # tests/go/nripeer/bench.go
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class StatMirror:
@@ -116,7 +109,7 @@ def one(
     polled: session 29 found every loaded run had, its gate not knowing the node's usage yet)."""
     watch: list[CPUWatch] = []
     windows: dict[str, float] = {}
-    port = _port()
+    port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="kqnrireal-", dir="/tmp"))
     sock = tmp / "nri.sock"
     mirror: StatMirror | None = None
@@ -125,15 +118,15 @@ def one(
         node.make_cgroup(f"kubepods/besteffort/pod{BENCH_UID}")
         mirror = StatMirror(node.proc_root)
 
-        def start() -> subprocess.Popen[bytes]:
+        def start() -> subprocess.Popen[bytes] | AgentPopen:
+            proc: subprocess.Popen[bytes] | AgentPopen
             if plugin == "stub":
                 cmd = [str(stub), "-socket", str(sock), *(["-track"] if stub_track else [])]
+                proc = subprocess.Popen(
+                    cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=agent_env(home=tmp)
+                )
             else:
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "koordqos",
-                    "run",
+                cmd = agent_argv(
                     "--nri-socket",
                     str(sock),
                     "--cgroup-root",
@@ -146,14 +139,12 @@ def one(
                     f"127.0.0.1:{port}",
                     "--log-level",
                     "warning",
-                ]
+                )
                 if event_loop is not None:
                     cmd += ["--event-loop", event_loop]
                 if busy_poll is not None:
                     cmd += ["--nri-busy-poll-seconds", str(busy_poll)]
-            env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
-            env["HOME"] = str(tmp)
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                proc = AgentPopen(AgentLaunch(cmd, tmp / "agent.log", port, agent_env(home=tmp))).start()
             watch.append(CPUWatch(proc.pid))
             return proc
 

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from koordqos.agent import Agent, FunctionComponent
 from koordqos.config import build_config
 from koordqos.process.supervisor import Supervisor
-from koordqos.testing.poll import wait_until
+from koordqos.testing.agentrunner import AgentLaunch, AgentPopen
+from koordqos.testing.poll import wait_until, wait_until_sync
 
 
 async def test_crashing_component_is_restarted_and_counted() -> None:
@@ -144,31 +145,22 @@ run(agent)
 """
 
 
-def test_the_agent_process_exits_after_its_shutdown_timeout_whatever_still_runs() -> None:
+def test_the_agent_process_exits_after_its_shutdown_timeout_whatever_still_runs(tmp_path: Path) -> None:
     """A worker thread that never returns: asyncio.Runner waits for the default executor at close, the
     interpreter for its threads. The process still ends, EXIT_GRACE_SECONDS after the shutdown timeout,
     with exit code 1 and one line saying why."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", STUCK_THREAD_AGENT],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        lines = []
-        while (line := proc.stdout.readline()) and line.strip() != "started":
-            lines.append(line)
-        assert line.strip() == "started", "".join(lines)
+    with AgentPopen(AgentLaunch([sys.executable, "-c", STUCK_THREAD_AGENT], tmp_path / "agent.log")) as proc:
+
+        def started() -> bool:
+            return "started" in proc.log_text().split("\n") or proc.returncode is not None
+
+        wait_until_sync(started, 60, 0.05, "the agent's 'started' line")
+        assert "started" in proc.log_text().split("\n"), proc.log_text()
         stopped_at = time.monotonic()
-        proc.terminate()  # SIGTERM
-        out, _ = proc.communicate(timeout=60)
+        code = proc.stop(60)  # SIGTERM
         took = time.monotonic() - stopped_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 1, out
+    out = proc.log_text()
+    assert code == 1, out
     assert "did not exit within its shutdown timeout" in out
     assert re.search(r"threads=\[.*'(asyncio|uvloop)_0'", out), out  # the stuck worker thread is named
     assert took >= 1 + 2 - 0.5  # it waited out the shutdown timeout and the grace first

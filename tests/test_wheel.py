@@ -1,7 +1,9 @@
 """The product wheel: the package and the runtime tooling the demo needs, no test tooling (#38 item 3).
 
-The fake API server, the fuzzer, the heap tracer, the Go-peer builder and the agent-subprocess helper live in
-`tests/support/`, which `pip install .` does not ship; nothing in the product may import them.
+The fake API server, the fuzzer, the heap tracer, the Go-peer builder and the tests' cluster-mode additions to
+the agent-subprocess helper live in `tests/support/`, which `pip install .` does not ship; nothing in the
+product may import them. (The helper itself, `koordqos.testing.agentrunner`, ships: the demo starts the agent
+with it.)
 """
 
 from __future__ import annotations

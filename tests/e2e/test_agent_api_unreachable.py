@@ -8,9 +8,7 @@ everything.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ import pytest
 from koordqos.model.pod import parse_pod
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
-from tests.support.agentproc import agent_env, cluster_agent_argv, free_port
+from tests.support.agentproc import AgentLaunch, AsyncAgent, cluster_agent_argv, free_port
 from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodeslo, make_pod
 
 pytestmark = pytest.mark.e2e
@@ -110,8 +108,7 @@ async def test_nothing_acts_on_the_node_until_pods_node_and_nodeslo_synced(tmp_p
         kubeconfig, NODE, node, port, "--enable-nri=false", "--debug-endpoints", "--collect-interval", "0.2"
     )
     agent_log = tmp_path / "agent.log"
-    log = agent_log.open("w")
-    proc = await asyncio.create_subprocess_exec(*argv, env=agent_env(), stderr=log)
+    proc = await AsyncAgent(AgentLaunch(argv, agent_log, port)).start()
     try:
         async with aiohttp.ClientSession() as http:
             agent = Agent(http, port)
@@ -185,8 +182,7 @@ async def test_nothing_acts_on_the_node_until_pods_node_and_nodeslo_synced(tmp_p
                 strategies_decided, timeout=30, interval=0.1, message="CPU burst and the reconciler"
             )
             assert "waiting_for_sync" not in (await agent.readyz())[1]
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 15) == 0
+        assert await proc.stop(15) == 0
         lines = _lines(agent_log)
         events = [line["event"] for line in lines]
         waiting = events.index("waiting for the node's sources before acting on the node")
@@ -195,8 +191,5 @@ async def test_nothing_acts_on_the_node_until_pods_node_and_nodeslo_synced(tmp_p
         assert sorted(lines[waiting]["components"]) == ["hooks-reconciler", "qos-manager"]
         assert "qos manager started" not in events[:synced]
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        log.close()
+        await proc.stop()
         await api.stop()

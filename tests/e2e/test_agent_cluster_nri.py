@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,7 @@ from koordqos.model.pod import parse_pod
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.samples import sample_container, sample_pod
 from koordqos.testing.nodefs import SyntheticNode
-from tests.support.agentproc import agent_env, cluster_agent_argv, free_port, wait_ready
+from tests.support.agentproc import AgentLaunch, AsyncAgent, cluster_agent_argv, free_port
 from tests.support.fake_apiserver import FakeAPIServer, make_node, make_pod
 
 pytestmark = pytest.mark.e2e
@@ -47,10 +45,10 @@ async def test_be_pod_from_the_api_gets_batch_limits_over_nri(tmp_path: Path, ev
     cmd = cluster_agent_argv(
         kubeconfig, NODE, node, port, "--nri-socket", str(tmp_path / "nri.sock"), "--event-loop", event_loop
     )
-    proc = await asyncio.create_subprocess_exec(*cmd, env=agent_env(), stderr=asyncio.subprocess.PIPE)
+    agent = await AsyncAgent(AgentLaunch(cmd, tmp_path / "agent.log", port)).start()
     try:
         await runtime.wait_joined(timeout=30)
-        await wait_ready(port, 30)
+        await agent.wait_ready(30)
         await runtime.run_pod_sandbox(sandbox)
         # pod-level values are written before RunPodSandbox is answered
         assert node.read(pod_dir, "cpu", "cpu.cfs_quota_us") == "200000"
@@ -62,14 +60,10 @@ async def test_be_pod_from_the_api_gets_batch_limits_over_nri(tmp_path: Path, ev
         assert resp is not None
         res = resp.adjust.linux.resources
         assert (res.cpu.quota.value, res.cpu.shares.value, res.memory.limit.value) == (200000, 1536, 4 * GI)
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 10) == 0
-        assert proc.stderr is not None
-        first = json.loads((await proc.stderr.readline()).decode())
+        assert await agent.stop(10) == 0
+        first = json.loads(agent.log_text().splitlines()[0])
         assert (first["event"], first["event_loop"]) == ("koordqos starting", event_loop)
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await agent.stop()
         await runtime.stop()
         await api.stop()

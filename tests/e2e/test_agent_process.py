@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.support.agentproc import agent_argv, agent_env, free_port, wait_for_http
+from tests.support.agentproc import AgentLaunch, AsyncAgent, agent_argv, agent_env, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -53,9 +50,9 @@ async def test_local_mode_agent_serves_ready_metrics_and_stops_on_sigterm(tmp_pa
         "--log-format",
         "json",
     )
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    agent = await AsyncAgent(AgentLaunch(cmd, tmp_path / "agent.log", port, env)).start()
     try:
-        await wait_for_http(f"http://127.0.0.1:{port}/readyz", 200, timeout=30)
+        await agent.wait_ready(30)
         async with aiohttp.ClientSession() as session:
             async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
                 body = await resp.json()
@@ -78,15 +75,13 @@ async def test_local_mode_agent_serves_ready_metrics_and_stops_on_sigterm(tmp_pa
             assert state["node"]["name"] == "e2e-node"
             async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
                 assert resp.status == 200
-        proc.send_signal(signal.SIGTERM)
         start = time.monotonic()
-        rc = await asyncio.to_thread(proc.wait, 10)
+        rc = await agent.stop(10)
         assert rc == 0
         assert time.monotonic() - start < 5.0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        _, err = proc.communicate(timeout=10)
+        await agent.stop()
+    err = agent.log_text()
     first = json.loads(err.splitlines()[0])
     assert first["event"] == "koordqos starting"
     assert first["mode"] == "local"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from koordqos.model.pod import parse_pod
 from koordqos.model.quantity import to_int, to_milli
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
-from tests.support.agentproc import agent_env, cluster_agent_argv, free_port, wait_ready
+from tests.support.agentproc import AgentLaunch, AsyncAgent, cluster_agent_argv, free_port
 from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodemetric, make_pod
 
 pytestmark = pytest.mark.e2e
@@ -95,9 +94,9 @@ async def _reports_known_rates(tmp_path: Path) -> None:
     port = free_port()
     kubeconfig = api.write_kubeconfig(tmp_path / "kc")
     cmd = cluster_agent_argv(kubeconfig, NODE, node, port, "--enable-nri=false", "--debug-endpoints")
-    proc = await asyncio.create_subprocess_exec(*cmd, env=agent_env(), stderr=asyncio.subprocess.DEVNULL)
+    agent = await AsyncAgent(AgentLaunch(cmd, tmp_path / "agent.log", port)).start()
     try:
-        await wait_ready(port, 60)
+        await agent.wait_ready(60)
 
         def status() -> dict[str, Any] | None:
             obj = api.get("nodemetrics", NODE)
@@ -145,14 +144,11 @@ async def _reports_known_rates(tmp_path: Path) -> None:
             metrics = await r.text()
         assert 'koordqos_report_conflicts_total{kind="NodeMetric"} 1.0' in metrics
         assert 'koordqos_report_writes_total{kind="NodeMetric",outcome="written"}' in metrics
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 10) == 0
+        assert await agent.stop(10) == 0
     finally:
         stop.set()
         await ticker
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await agent.stop()
         await api.stop()
 
 
@@ -167,9 +163,9 @@ async def _no_status_while_the_node_window_is_empty(tmp_path: Path) -> None:
     port = free_port()
     kubeconfig = api.write_kubeconfig(tmp_path / "kc")
     cmd = cluster_agent_argv(kubeconfig, NODE, node, port, "--enable-nri=false")
-    proc = await asyncio.create_subprocess_exec(*cmd, env=agent_env(), stderr=asyncio.subprocess.DEVNULL)
+    agent = await AsyncAgent(AgentLaunch(cmd, tmp_path / "agent.log", port)).start()
     try:
-        await wait_ready(port, 60)
+        await agent.wait_ready(60)
         async with aiohttp.ClientSession() as http:
 
             async def skipped() -> bool:
@@ -182,12 +178,9 @@ async def _no_status_while_the_node_window_is_empty(tmp_path: Path) -> None:
         assert obj is not None
         assert "status" not in obj
         assert api.count_requests(lambda m, p, q: m == "PUT") == 0
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 10) == 0
+        assert await agent.stop(10) == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await agent.stop()
         await api.stop()
 
 
@@ -202,19 +195,15 @@ async def test_standalone_refused_when_a_nodemetric_exists(tmp_path: Path) -> No
     cmd = cluster_agent_argv(
         kubeconfig, NODE, node, free_port(), "--enable-nri=false", "--batch-resource-source=agent"
     )
-    proc = await asyncio.create_subprocess_exec(
-        *cmd, env=agent_env(), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
-    )
+    agent = await AsyncAgent(AgentLaunch(cmd, tmp_path / "agent.log")).start()
     try:
-        _, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 2
-        lines = [line for line in err.decode().splitlines() if line.startswith("koordqos: error:")]
+        assert await agent.wait(60) == 2
+        err = agent.log_text()
+        lines = [line for line in err.splitlines() if line.startswith("koordqos: error:")]
         assert len(lines) == 1
         assert "koord-manager" in lines[0]
-        assert "Traceback" not in err.decode()
+        assert "Traceback" not in err
         assert api.count_requests(lambda m, p, q: m == "PATCH") == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await agent.stop()
         await api.stop()

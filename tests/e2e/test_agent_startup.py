@@ -16,7 +16,7 @@ import pytest
 
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
-from tests.support.agentproc import agent_argv, agent_env, free_port, wait_for_http
+from tests.support.agentproc import AgentLaunch, AsyncAgent, agent_argv, agent_env, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -152,9 +152,7 @@ async def test_a_missing_controller_keeps_readyz_503_with_the_reason(tmp_path: P
         shutil.rmtree(node.cgroup_root / sub)
     port = free_port()
     argv = [*_argv(node, tmp_path, port), "--feature-gates", "BEMemoryEvict=true"]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=agent_env(home=tmp_path)
-    )
+    proc = await AsyncAgent(AgentLaunch(argv, tmp_path / "agent.log", port, agent_env(home=tmp_path))).start()
     try:
         body: dict[str, object] = {}
         async with aiohttp.ClientSession() as session:
@@ -173,10 +171,9 @@ async def test_a_missing_controller_keeps_readyz_503_with_the_reason(tmp_path: P
         assert "memory (needed by" in reason
         assert "BEMemoryEvict" in reason
         assert "BatchResource" in reason
-        assert proc.poll() is None  # still running
+        assert proc.returncode is None  # still running
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+        await proc.stop(15)
     _ = json  # (json bodies parsed by aiohttp)
 
 
@@ -297,15 +294,11 @@ async def test_a_koordlet_daemonsets_arguments_start_the_agent(tmp_path: Path) -
         "--log-format=json",
     )
     log_path = tmp_path / "agent.log"
-    with log_path.open("w") as log_file:
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=log_file, env=agent_env(home=tmp_path)
-        )
-        try:
-            await wait_for_http(f"http://127.0.0.1:{port}/readyz", 200, timeout=60)
-        finally:
-            proc.terminate()
-            assert proc.wait(timeout=15) == 0
+    agent = await AsyncAgent(AgentLaunch(argv, log_path, port, agent_env(home=tmp_path))).start()
+    try:
+        await agent.wait_ready(60)
+    finally:
+        assert await agent.stop(15) == 0
     lines = [json.loads(line) for line in log_path.read_text().splitlines()]
     gates = [
         line for line in lines if line["event"].startswith("feature gates on that koordqos does not act")

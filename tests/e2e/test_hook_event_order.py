@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ import pytest
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.scenarios import Scenario, colocation
 from koordqos.testing.poll import wait_until
-from tests.support.agentproc import agent_env, free_port
+from tests.support.agentproc import AgentLaunch, AgentPopen, agent_env, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -41,13 +39,8 @@ class Agent:
         argv = shlex.split(scenario.agent_command(str(sock), f"127.0.0.1:{self.port}"))
         argv[0] = sys.executable
         self.log = log
-        self._out = log.open("w")
-        self.proc = subprocess.Popen(
-            [*argv, "--log-format", "json", *extra],
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            env=agent_env(home=log.parent),  # local mode
-        )
+        cmd = [*argv, "--log-format", "json", *extra]
+        self.proc = AgentPopen(AgentLaunch(cmd, log, self.port, agent_env(home=log.parent))).start()  # local
         self.url = f"http://127.0.0.1:{self.port}"
 
     async def get(self, path: str) -> Any:
@@ -71,15 +64,9 @@ class Agent:
 
     def stop(self) -> list[dict[str, Any]]:
         """SIGTERM, wait, and the JSON log lines."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                assert self.proc.wait(timeout=20) == 0
-            finally:
-                if self.proc.poll() is None:
-                    self.proc.kill()
-                    self.proc.wait()
-        self._out.close()
+        if self.proc.returncode is None:
+            assert self.proc.stop(20) == 0
+        self.proc.stop()  # the log closed
         return [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
 
 
@@ -184,7 +171,5 @@ async def test_colocation_restart_keeps_bvt_and_one_cpuset_from_sync_to_reconcil
         assert not [line for line in agent.stop() if line.get("level") in ("warning", "error", "critical")]
     finally:
         for a in agents:
-            if a.proc.poll() is None:
-                a.proc.kill()
-                a.proc.wait()
+            a.proc.stop()
         await runtime.stop()

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from koordqos.testing.nodefs import SyntheticNode
+from tests.support.agentproc import AgentLaunch, AgentPopen, agent_argv, agent_env, free_port
 from tests.support.gopeer import GoUnavailable, build, go_unavailable, run_peer
 
 pytestmark = pytest.mark.e2e_runtime
@@ -91,12 +89,6 @@ def container(
     }
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_script(
     peer: Path, tmp_path: Path, node: SyntheticNode, script: dict[str, Any], extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
@@ -108,25 +100,20 @@ def run_script(
         Path("/tmp") / f"kqpeer-{os.getpid()}.sock"
     )  # pytest's tmp_path can exceed a socket path's 107 bytes
 
-    def start() -> subprocess.Popen[bytes]:
-        cmd = [
-            sys.executable,
-            "-m",
-            "koordqos",
-            "run",
+    def start() -> AgentPopen:
+        port = free_port()
+        cmd = agent_argv(
             "--nri-socket",
             str(sock),
             *node.root_flags(),
             "--http-addr",
-            f"127.0.0.1:{_port()}",
+            f"127.0.0.1:{port}",
             "--log-format",
             "json",
             *extra,
-        ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
-        env["HOME"] = str(tmp_path)
-        with open(tmp_path / "agent.log", "wb") as log:
-            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        )
+        env = agent_env(home=tmp_path)  # local mode
+        return AgentPopen(AgentLaunch(cmd, tmp_path / "agent.log", port, env)).start()
 
     try:
         out = run_peer(peer, sock, ["-script", str(script_path)], start)

@@ -193,12 +193,8 @@ async def test_the_agent_process_shapes_the_namespace_it_is_given(
     """`python -m koordqos run --feature-gates=TCNetworkQoS=true --net-qos-netns=<ns>` in cluster mode (the
     fake API server: the node, its NodeSLO, a BE and an LS pod with their IPs): the namespace's NIC gets the
     classes and the pods' IPs their ipsets; on SIGTERM the agent exits 0."""
-    import asyncio
-    import signal
-    import subprocess
-
     from koordqos.testing.poll import wait_until
-    from tests.support.agentproc import agent_env, cluster_agent_argv, free_port, wait_ready
+    from tests.support.agentproc import AgentLaunch, AsyncAgent, cluster_agent_argv, free_port
     from tests.support.fake_apiserver import FakeAPIServer, make_node, make_nodeslo
 
     server = FakeAPIServer()
@@ -226,10 +222,9 @@ async def test_the_agent_process_shapes_the_namespace_it_is_given(
             "--feature-gates=TCNetworkQoS=true",
             f"--net-qos-netns={net.node}",
         )
-        log = (tmp_path / "agent.log").open("wb")
-        proc = subprocess.Popen(argv, env=agent_env(), stdout=log, stderr=subprocess.STDOUT)
+        agent = await AsyncAgent(AgentLaunch(argv, tmp_path / "agent.log", port)).start()
         try:
-            await wait_ready(port, 60)
+            await agent.wait_ready(60)
 
             def shaped() -> bool:
                 classes = net.run(net.node, ["tc", "class", "show", "dev", net.node_dev])
@@ -240,9 +235,7 @@ async def test_the_agent_process_shapes_the_namespace_it_is_given(
             show = net.run(net.node, ["tc", "class", "show", "dev", net.node_dev])
             assert re.search(r"class htb 1:4 .*ceil 4Mbit", show), show
         finally:
-            proc.send_signal(signal.SIGTERM)
-            code = await asyncio.to_thread(proc.wait, 30)
-            log.close()
-        assert code == 0, (tmp_path / "agent.log").read_text()[-3000:]
+            code = await agent.stop(30)
+        assert code == 0, agent.log_text()[-3000:]
     finally:
         await server.stop()

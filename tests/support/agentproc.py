@@ -1,45 +1,38 @@
-"""The agent as the tests start it: `python -m koordqos run` as a subprocess, its environment and readiness.
-
-One place for what every end-to-end test repeated: a free port, an environment that does not leak the caller's
-`KOORDQOS_*` settings (or kubeconfig, in local mode), the cluster-mode command line for a synthetic node and
-a fake API server, and waiting until an HTTP endpoint answers.
+"""The agent as the tests start it: `koordqos.testing.agentrunner` (the one implementation: command line,
+environment, start, readiness, log, stop and the one `free_port`, shared with the demo) and what only tests
+need on top: the cluster-mode command line for a synthetic node and a fake API server, and waiting until an
+HTTP endpoint answers a given status.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import sys
 from pathlib import Path
 
 import aiohttp
 
+from koordqos.testing.agentrunner import (
+    AgentLaunch,
+    AgentNotReady,
+    AgentPopen,
+    AsyncAgent,
+    agent_argv,
+    agent_env,
+    free_port,
+)
 from koordqos.testing.nodefs import SyntheticNode
 from koordqos.testing.poll import wait_until
 
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def agent_env(*, home: Path | None = None) -> dict[str, str]:
-    """This process's environment without `KOORDQOS_*`.
-
-    With `home` (local mode): no `KUBECONFIG` either and `HOME` set there, so no ~/.kube/config is found.
-    """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_")}
-    if home is not None:
-        env.pop("KUBECONFIG", None)
-        env["HOME"] = str(home)
-    return env
-
-
-def agent_argv(*args: str) -> list[str]:
-    """`python -m koordqos run ARGS...` with this interpreter."""
-    return [sys.executable, "-m", "koordqos", "run", *args]
+__all__ = [
+    "AgentLaunch",
+    "AgentNotReady",
+    "AgentPopen",
+    "AsyncAgent",
+    "agent_argv",
+    "agent_env",
+    "cluster_agent_argv",
+    "free_port",
+    "wait_for_http",
+]
 
 
 def cluster_agent_argv(
@@ -72,8 +65,3 @@ async def wait_for_http(url: str, status: int, timeout: float) -> None:
                 return False
 
         await wait_until(answers, timeout=timeout, interval=0.05, message=f"{url} to answer {status}")
-
-
-async def wait_ready(port: int, timeout: float) -> None:
-    """Wait until the agent on 127.0.0.1:`port` answers /readyz with 200."""
-    await wait_for_http(f"http://127.0.0.1:{port}/readyz", 200, timeout)

@@ -16,8 +16,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,7 +36,7 @@ from koordqos.testing.mock_nri.protocol import PLUGIN_SERVICE
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.mock_nri.scenarios import Scenario, colocation
 from koordqos.testing.poll import wait_until
-from tests.support.agentproc import agent_env
+from tests.support.agentproc import AgentLaunch, AgentPopen, agent_argv, agent_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # tests/support/fuzz.py → the repository
 
@@ -212,7 +210,7 @@ class FuzzTarget:
         self.extra_args = extra_args
         # the agent's environment is this process's without KOORDQOS_*, plus these (e.g. KOORDQOS_GC_POLICY)
         self.agent_env = dict(agent_env or {})
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: AgentPopen | None = None
         self.log = self.dir / "agent.log"
         self.channel: Channel | None = None
         # run the agent under tests.support.heaptrace, snapshots as <heap_profile>/heap.<n>.snap
@@ -239,7 +237,7 @@ class FuzzTarget:
 
     def alive(self) -> bool:
         """The agent process is still running."""
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.proc.returncode is None
 
     def vitals(self) -> Vitals:
         """RSS (VmRSS, RssAnon) and open fds of the agent, from /proc."""
@@ -273,10 +271,7 @@ class FuzzTarget:
             entry = ["-m", "tests.support.heaptrace", str(traced / "heap")]
             # the tracer is test tooling, not in the wheel: the agent finds it from the repository root
             env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO_ROOT)) if p)
-        argv = [
-            sys.executable,
-            *entry,
-            "run",
+        argv = agent_argv(
             "--nri-socket",
             str(self.nri_sock),
             "--cgroup-root",
@@ -299,9 +294,9 @@ class FuzzTarget:
             "--log-level",
             "error",
             *self.extra_args,
-        ]
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+            entry=entry,
+        )
+        self.proc = AgentPopen(AgentLaunch(argv, self.log, env=env)).start()
         await self.runtime.wait_joined(timeout=60)
         await wait_until(self.proxy_sock.exists, timeout=30, message="the proxy hook socket")
         self.channel = Channel(path=str(self.proxy_sock), codec=RawCodec())
@@ -357,13 +352,8 @@ class FuzzTarget:
     ) -> None:
         if self.channel is not None:
             self.channel.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(self.proc.wait, 15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                await asyncio.to_thread(self.proc.wait)
+        if self.proc is not None:
+            await asyncio.to_thread(self.proc.stop, 15)
         await self.runtime.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 

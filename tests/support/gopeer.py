@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from koordqos.testing.agentrunner import AgentPopen
+
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "koordqos-e2e" / "go"
 
 
@@ -70,14 +72,14 @@ def run_peer(
     before_stop: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Run nripeer on `socket` with `args`; `start_plugin()` is called once it listens and returns a
-    `subprocess.Popen` that is stopped afterwards (`before_stop()` is called first, once the peer has
-    finished, e.g. to read the plugin's metrics). Returns the peer's JSON output."""
+    `subprocess.Popen` or the agent (`AgentPopen`), stopped afterwards (`before_stop()` is called first, once
+    the peer has finished, e.g. to read the plugin's metrics). Returns the peer's JSON output."""
     proc = subprocess.Popen(
         [str(peer), "-socket", str(socket), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    plugin: subprocess.Popen[bytes] | None = None
+    plugin: subprocess.Popen[bytes] | AgentPopen | None = None
     try:
         deadline = time.monotonic() + 30
         while not socket.exists():
@@ -96,7 +98,9 @@ def run_peer(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        if plugin is not None and plugin.poll() is None:
+        if isinstance(plugin, AgentPopen):
+            plugin.stop(10)  # SIGTERM, then SIGKILL after 10 s
+        elif plugin is not None and plugin.poll() is None:
             plugin.terminate()
             try:
                 plugin.wait(10)

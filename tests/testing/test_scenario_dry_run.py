@@ -6,7 +6,6 @@ subprocesses, as the README runs them."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shlex
 import subprocess
@@ -20,7 +19,7 @@ import aiohttp
 import pytest
 
 from koordqos.testing.poll import wait_until
-from tests.support.agentproc import free_port
+from tests.support.agentproc import AgentLaunch, AsyncAgent, agent_env, free_port
 from tests.testing.test_scenarios import _stop
 
 pytestmark = pytest.mark.e2e
@@ -38,12 +37,6 @@ class Run:
     output: str
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
-    env["HOME"] = str(tmp_path)  # local mode
-    return env
-
-
 def _runtime(tmp_path: Path, node_dir: Path) -> tuple[subprocess.Popen[str], list[str]]:
     """The mock runtime serving the scenario; the agent's argv it prints."""
     cmd = [sys.executable, "-m", "koordqos.testing.mock_nri", "--socket", str(tmp_path / "nri.sock")]
@@ -52,7 +45,7 @@ def _runtime(tmp_path: Path, node_dir: Path) -> tuple[subprocess.Popen[str], lis
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=_env(tmp_path),
+        env=agent_env(home=tmp_path),  # local mode
     )
     assert runtime.stdout is not None
     lines = [runtime.stdout.readline() for _ in range(3)]
@@ -72,13 +65,8 @@ async def _agent(tmp_path: Path, argv: list[str], *extra: str, suppressing: bool
     port = free_port()
     argv = list(argv)
     argv[argv.index("--http-addr") + 1] = f"127.0.0.1:{port}"
-    agent = subprocess.Popen(
-        [*argv, "--log-format", "json", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=_env(tmp_path),
-    )
+    cmd = [*argv, "--log-format", "json", *extra]
+    agent = await AsyncAgent(AgentLaunch(cmd, tmp_path / "agent.log", port, agent_env(home=tmp_path))).start()
     run = Run([], "", "")
     start: list[float] = []
     try:
@@ -101,7 +89,8 @@ async def _agent(tmp_path: Path, argv: list[str], *extra: str, suppressing: bool
 
             await wait_until(steady, timeout=60, interval=0.2, message="steady CPU-suppress rounds")
     finally:
-        run.output = _stop(agent)
+        await agent.stop(10)
+        run.output = agent.log_text()
     return run
 
 

@@ -5,7 +5,6 @@ strategy decisions and the agent logs no warning."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import aiohttp
 import pytest
 
 from koordqos.testing.poll import wait_until
-from tests.support.agentproc import free_port
+from tests.support.agentproc import AgentLaunch, AgentPopen, agent_env, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -34,8 +33,7 @@ def _stop(proc: subprocess.Popen[str]) -> str:
 async def test_colocation_scenario_shows_per_pod_hook_and_strategy_decisions(tmp_path: Path) -> None:
     sock = tmp_path / "nri.sock"
     node_dir = tmp_path / "node"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
-    env["HOME"] = str(tmp_path)  # local mode
+    env = agent_env(home=tmp_path)  # local mode
     mock = [sys.executable, "-m", "koordqos.testing.mock_nri", "--socket", str(sock)]
     runtime = subprocess.Popen(
         [*mock, "--scenario", "colocation", "--node-dir", str(node_dir)],
@@ -44,7 +42,7 @@ async def test_colocation_scenario_shows_per_pod_hook_and_strategy_decisions(tmp
         text=True,
         env=env,
     )
-    agent: subprocess.Popen[str] | None = None
+    agent: AgentPopen | None = None
     try:
         assert runtime.stdout is not None
         lines = [runtime.stdout.readline() for _ in range(3)]
@@ -54,13 +52,8 @@ async def test_colocation_scenario_shows_per_pod_hook_and_strategy_decisions(tmp
         argv = shlex.split(command)
         argv[0] = sys.executable  # the interpreter running this test (the venv's, in CI)
         argv[argv.index("--http-addr") + 1] = f"127.0.0.1:{port}"
-        agent = subprocess.Popen(
-            [*argv, "--log-format", "json"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-        )
+        agent = AgentPopen(AgentLaunch([*argv, "--log-format", "json"], tmp_path / "agent.log", port, env))
+        agent.start()
         decisions: list[dict[str, Any]] = []
 
         async with aiohttp.ClientSession() as session:
@@ -97,7 +90,10 @@ async def test_colocation_scenario_shows_per_pod_hook_and_strategy_decisions(tmp
         quota = node_dir / "cgroup" / "cpu" / "kubepods" / "besteffort" / "cpu.cfs_quota_us"
         assert quota.read_text().strip() == "260000"
     finally:
-        out = _stop(agent) if agent is not None else ""
+        out = ""
+        if agent is not None:
+            agent.stop(10)
+            out = agent.log_text()
         _stop(runtime)
     levels = [json.loads(line).get("level") for line in out.splitlines() if line.startswith("{")]
     assert levels, out

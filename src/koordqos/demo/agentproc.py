@@ -1,4 +1,5 @@
-"""The agent as the demo runs it: `python -m koordqos run` in local mode, as a subprocess.
+"""The agent as the demo runs it: `python -m koordqos run` in local mode, as a subprocess
+(`koordqos.testing.agentrunner` starts, waits for and stops it).
 
 Pods come from the mock NRI runtime on a unix socket, the NodeSLO from a file (CPU suppress on, policy
 cfsQuota, the demo's threshold), `--debug-endpoints` so the decisions can be read back as they happen.
@@ -8,14 +9,9 @@ writes are the besteffort quota (and the cpuset recovery CPU suppress does with 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import signal
-import socket
-import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,19 +19,14 @@ from typing import Any
 
 import aiohttp
 
+from koordqos.testing.agentrunner import AgentLaunch, AsyncAgent, agent_argv, agent_env, free_port
+
 SUPPRESS = "BECPUSuppress"
 GATES = (
     "BECPUSuppress=true,CPUBurst=false,GroupIdentity=false,CPUSetAllocator=false,BatchResource=false,"
     "RdtResctrl=false,NodeTopologyReport=false"
 )
 LS_USED_METRIC = "koordqos_be_suppress_ls_used_cores"
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_nodeslo(path: Path, threshold_percent: int, enable: bool = True) -> None:
@@ -75,12 +66,7 @@ class AgentSpec:
     def command(self) -> list[str]:
         """The full command line."""
         interval = f"{self.interval:g}"
-        return [
-            *self.launcher,
-            sys.executable,
-            "-m",
-            "koordqos",
-            "run",
+        return agent_argv(
             "--cgroup-root",
             str(self.cgroup_root),
             "--proc-root",
@@ -106,72 +92,48 @@ class AgentSpec:
             "--log-format",
             "json",
             *self.extra_args,
-        ]
+            launcher=self.launcher,
+        )
 
     def env(self) -> dict[str, str]:
         """The environment: no KOORDQOS_* or kubeconfig from the caller, so it runs in local mode."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
-        env["HOME"] = str(self.log_file.parent)  # no ~/.kube/config either
-        env.pop("KUBERNETES_SERVICE_HOST", None)  # not in-cluster
-        return env
+        return agent_env(home=self.log_file.parent)  # no ~/.kube/config either, nor in-cluster
+
+    def launch(self) -> AgentLaunch:
+        """The command, environment and log (appended to) of `koordqos.testing.agentrunner`; its own session,
+        so the terminal's Ctrl-C reaches the demo only (the demo stops the agent)."""
+        return AgentLaunch(
+            self.command(), self.log_file, self.port, self.env(), append=True, new_session=True
+        )
 
 
-class AgentProcess:
-    """A running agent: readiness, decisions, the usage it saw, its own CPU time."""
+class AgentProcess(AsyncAgent):
+    """A running agent (`koordqos.testing.agentrunner.AsyncAgent`: start, readiness, stop) and what the demo
+    reads of it: decisions, the usage it saw, its own CPU time; pause and resume."""
 
     def __init__(self, spec: AgentSpec) -> None:
+        super().__init__(spec.launch())
         self.spec = spec
-        self.proc: asyncio.subprocess.Process | None = None
-        self.started_at = 0.0
-        self.ready_at: float | None = None
-        self._session: aiohttp.ClientSession | None = None
         self._seen = 0.0  # decision time of the newest decision handed out
-        self._log: Any = None
 
     @property
     def base(self) -> str:
         """The agent's HTTP address."""
         return f"http://127.0.0.1:{self.spec.port}"
 
-    async def start(self) -> None:
-        """Start the process (stdout/stderr to the log file)."""
-        self._log = self.spec.log_file.open("ab")
-        self.started_at = time.monotonic()
-        self.proc = await asyncio.create_subprocess_exec(
-            *self.spec.command(),
-            env=self.spec.env(),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=self._log,
-            start_new_session=True,  # the terminal's Ctrl-C reaches the demo only; the demo stops the agent
-        )
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2))
-
-    async def wait_ready(self, timeout: float) -> float:
-        """Seconds from start to /readyz 200; RuntimeError if it exits or does not become ready in time."""
-        assert self.proc is not None
-        assert self._session is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.returncode is not None:
-                raise RuntimeError(f"the agent exited with {self.proc.returncode}: {self.tail_log()}")
-            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
-                async with self._session.get(f"{self.base}/readyz") as resp:
-                    if resp.status == 200:
-                        self.ready_at = time.monotonic()
-                        return self.ready_at - self.started_at
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"the agent did not become ready within {timeout:.0f} s: {self.tail_log()}")
+    def failure_tail(self) -> str:
+        """One line for the demo's error: the log's last 5 lines."""
+        return " " + self.tail_log()
 
     async def new_decisions(self, strategies: Sequence[str] = (SUPPRESS,)) -> list[dict[str, Any]]:
         """The decisions of `strategies` (CPU suppress by default) made since the previous call, oldest
         first."""
-        if self._session is None:
+        if not self.started:
             return []
         items: list[dict[str, Any]] = []
         try:
             for strategy in strategies:
-                async with self._session.get(
+                async with self.http.get(
                     f"{self.base}/debug/decisions", params={"strategy": strategy, "limit": "200"}
                 ) as resp:
                     items += await resp.json()
@@ -185,10 +147,10 @@ class AgentProcess:
 
     async def ls_used_cores(self) -> float | None:
         """What CPU suppress last counted as non-BE + system usage (gauge); None before its first round."""
-        if self._session is None:
+        if not self.started:
             return None
         try:
-            async with self._session.get(f"{self.base}/metrics") as resp:
+            async with self.http.get(f"{self.base}/metrics") as resp:
                 text = await resp.text()
         except (TimeoutError, aiohttp.ClientError):
             return None
@@ -199,56 +161,26 @@ class AgentProcess:
 
     def cpu_seconds(self) -> float:
         """The agent's own CPU time so far (user + system)."""
-        if self.proc is None:
+        if not self.started:
             return 0.0
         try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             return 0.0
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def pause(self) -> None:
         """SIGSTOP: the agent neither acts nor costs CPU (benchmark phases without the agent)."""
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGSTOP)
+        self.send_signal(signal.SIGSTOP)
 
     def resume(self) -> None:
         """SIGCONT."""
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGCONT)
+        self.send_signal(signal.SIGCONT)
 
     def tail_log(self, lines: int = 5) -> str:
-        """The last lines of the agent's log (for error messages)."""
-        try:
-            text = self.spec.log_file.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(text[-lines:])
+        """The last lines of the agent's log on one line (for error messages)."""
+        return self.log_tail(lines, " | ")
 
-    async def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM, wait, SIGKILL if needed; the exit code."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.returncode is None:
-            self.resume()
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), timeout)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return proc.returncode
-
-    def kill_now(self) -> None:
-        """Synchronous last-resort stop (exit guard, when the event loop is gone)."""
-        if self.proc is not None and self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGCONT)
-                os.kill(self.proc.pid, signal.SIGKILL)
+    async def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM (resumed first), up to `timeout` s, SIGKILL if needed; the exit code."""
+        return await super().stop(timeout)

@@ -149,7 +149,7 @@ class Runner:
                     agent_cpu = self.agent.cpu_seconds() - agent_cpu0
                 result.phases.append(self.rec.phase_figures(phase.name, phase.title, start, end, agent_cpu))
         finally:
-            if self.agent is not None:
+            if self.agent is not None and self.agent.started:
                 result.agent_exit_code = await self.agent.stop()
             await backend.stop()
             await runtime.stop()

@@ -5,8 +5,6 @@ is an empty dir: it cannot write a host sysctl even by mistake."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -14,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from koordqos.testing.poll import wait_until_sync
-from tests.support.agentproc import agent_argv, agent_env, free_port
+from tests.support.agentproc import AgentLaunch, AgentPopen, agent_argv, agent_env, free_port
 
 from .cgview import CGROUP_MNT, CgroupTree
 from .prereq import POLL
@@ -29,7 +27,7 @@ class Agent:
     nri_socket: Path
     args: list[str] = field(default_factory=list)
     port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    proc: AgentPopen | None = None
     starts: int = 0
 
     @property
@@ -62,15 +60,12 @@ class Agent:
             *self.args,
         )
         env = agent_env(home=self.workdir)  # no ~/.kube/config: local mode
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the process owns it until stop()
-        self.proc = subprocess.Popen(
-            self.tree.wrap(cmd, read_only_proc_sys=True), stdout=log, stderr=subprocess.STDOUT, env=env
-        )
-        log.close()
+        argv = self.tree.wrap(cmd, read_only_proc_sys=True)
+        self.proc = AgentPopen(AgentLaunch(argv, self.log_path, self.port, env)).start()
 
     def _get(self, path: str) -> bytes:
         proc = self.proc
-        if proc is not None and proc.poll() is not None:
+        if proc is not None and proc.returncode is not None:
             raise AssertionError(f"the agent exited with {proc.returncode}: {self.log_tail()}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as resp:
@@ -119,15 +114,8 @@ class Agent:
         proc = self.proc
         if proc is None:
             return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
         self.proc = None
-        return proc.returncode
+        return proc.stop(timeout)
 
     def log_tail(self, lines: int = 20) -> str:
         try:

@@ -11,10 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
-import socket
 import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -24,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from koordqos.nri.api import nri_api_pb2 as api
+from koordqos.testing.agentrunner import AgentLaunch, AgentPopen, agent_argv, agent_env, free_port
 from koordqos.testing.mock_nri.runtime import MockRuntime
 from koordqos.testing.poll import wait_until_sync
 
@@ -200,12 +198,6 @@ class ThreadedRuntime:
 # -- the agent -----------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Agent:
     """`python -m koordqos run` in local mode on the VM's real roots (/sys/fs/cgroup, /proc, /sys)."""
@@ -215,7 +207,7 @@ class Agent:
     nodeslo: Path
     args: list[str] = field(default_factory=list)
     port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    proc: AgentPopen | None = None
 
     @property
     def log_path(self) -> Path:
@@ -223,11 +215,7 @@ class Agent:
 
     def start(self) -> None:
         self.port = free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "koordqos",
-            "run",
+        cmd = agent_argv(
             "--node-name",
             "v2vm-node",
             "--cgroup-root",
@@ -248,15 +236,13 @@ class Agent:
             "--log-format",
             "json",
             *self.args,
-        ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KOORDQOS_") and k != "KUBECONFIG"}
-        env["HOME"] = str(self.workdir)  # no ~/.kube/config: local mode
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        )
+        env = agent_env(home=self.workdir)  # no ~/.kube/config: local mode
+        self.proc = AgentPopen(AgentLaunch(cmd, self.log_path, self.port, env, append=True)).start()
 
     def get(self, path: str) -> bytes:
         proc = self.proc
-        if proc is not None and proc.poll() is not None:
+        if proc is not None and proc.returncode is not None:
             raise AssertionError(f"the agent exited with {proc.returncode}: {self.log_tail()}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as resp:
@@ -309,15 +295,8 @@ class Agent:
         proc = self.proc
         if proc is None:
             return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
         self.proc = None
-        return proc.returncode
+        return proc.stop(timeout)
 
     def log_tail(self, lines: int = 30) -> str:
         try:
