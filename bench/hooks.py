@@ -266,7 +266,7 @@ class InProcessPlugin:
         )
         self.plugin.timings = {}
         session = PluginSession(self.plugin)
-        self.conn = NRIConnection(session.handle, after_reply=session.replied)
+        self.conn = NRIConnection(session.handle)
         self.sink = _Sink()
         self.conn._transport = self.sink  # type: ignore[assignment]  # (not connection_made: older code asserted the type)
         self.stream = 1

@@ -20,8 +20,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# What a CreateContainer runs through, from the bytes read to the reply written, and what every tick calls.
-# Not here: nri/calls.py (its call classes use mixins; mypyc compiles single inheritance only: the NodeState
+# What a CreateContainer runs through, from the bytes read to the reply written, what every tick calls, and
+# a Synchronize's slices (nri/sync.py). Not here: nri/configure.py (a Configure, once a connection),
+# nri/calls.py (its call classes use mixins; mypyc compiles single inheritance only: the NodeState
 # records built on every call are made in nri/runtime_objects.py, which is), hooks/framework.py (a generic
 # frozen dataclass fails at import when compiled), events/types.py (dataclass field order: the runtime's
 # records, built on every call, are in events/records.py, which is), state.py and bus.py (compiled
@@ -33,8 +34,11 @@ HOT_PATH = (
     "koordqos/nri/mux.py",
     "koordqos/nri/ttrpc.py",
     "koordqos/nri/busypoll.py",
+    "koordqos/nri/answer.py",
     "koordqos/nri/connection.py",
     "koordqos/nri/session.py",
+    "koordqos/nri/payload.py",
+    "koordqos/nri/sync.py",
     "koordqos/nri/convert.py",
     "koordqos/nri/runtime_objects.py",
     "koordqos/events/records.py",

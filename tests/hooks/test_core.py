@@ -256,3 +256,38 @@ def test_a_call_that_raises_settles_even_when_its_caller_would_have() -> None:
     with pytest.raises(HookError):
         start_call("RaisingCall", 1.0, "Fail", lambda call: run_stage(reg, call, STAGE, ctx()), settle=False)
     assert _timings("RaisingCall", "raising-hook") == (before[0] + 1, before[1] + 1)
+
+
+async def test_a_body_that_waits_leaves_the_rest_of_its_call_in_the_call() -> None:
+    """An async body: `start_call` returns the Call at once with `rest`, the coroutine that ends it; awaiting
+    it ends and settles the call, and the call then drops it (the two do not keep each other)."""
+    gate = asyncio.Event()
+    done: list[str] = []
+
+    async def body(call: Call) -> None:
+        call.defer(done.append, "settled")
+        await gate.wait()
+        call.ran.append("waited")
+
+    call = start_call("Waits", 1.0, "Ignore", body, settle=False)
+    rest = call.rest
+    assert rest is not None
+    assert (call.ran, call.took, done) == ([], -1.0, [])  # not started yet: the caller runs it
+    gate.set()
+    await rest
+    assert call.ran == ["waited"]
+    assert done == ["settled"]  # `rest` settles the call itself
+    assert call.rest is None
+    synchronous = start_call("NoWait", 1.0, "Ignore", lambda call: None)
+    assert synchronous.rest is None
+
+
+async def test_the_rest_of_a_waiting_call_raises_under_fail() -> None:
+    async def hang(call: Call) -> None:
+        await asyncio.Event().wait()
+
+    call = start_call("WaitsTooLong", 0.02, "Fail", hang)
+    assert call.rest is not None
+    with pytest.raises(TimeoutException):
+        await call.rest
+    assert call.timed_out

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from koordqos.errors import ProtocolError
 from koordqos.nri import mux as mux_module
 from koordqos.nri import ttrpc as ttrpc_module
+from koordqos.nri.answer import Answer
 from koordqos.nri.api import ttrpc_pb2
 from koordqos.nri.connection import NRIConnection
 from koordqos.nri.mux import MuxDecoder, encode_frame, frames_for
@@ -163,9 +164,9 @@ async def test_a_multi_megabyte_request_reaches_the_handler_as_a_view_of_the_rec
     payload = bytes(range(256)) * 12_000  # ≈ 3 MB, a large Synchronize's size
     seen: list[tuple[str, RequestEnvelope]] = []
 
-    def handler(req: RequestEnvelope, received: float) -> bytes:
+    def handler(req: RequestEnvelope, received: float) -> Answer:
         seen.append((type(req.payload).__name__, req))
-        return encode_response(b"ok")
+        return Answer(encode_response(b"ok"))
 
     conn = NRIConnection(handler)
     written = _connect(conn)
@@ -196,7 +197,9 @@ def test_a_large_response_envelope_handed_over_as_a_view_decodes() -> None:
 
 async def test_a_large_reply_to_a_call_reaches_the_caller() -> None:
     payload = bytes(range(256)) * 4096  # 1 MiB: a large Synchronize reply, as the mock runtime receives it
-    conn = NRIConnection(lambda req, received: encode_response(), role="runtime", serve_conn=2, client_conn=1)
+    conn = NRIConnection(
+        lambda req, received: Answer(encode_response()), role="runtime", serve_conn=2, client_conn=1
+    )
     written = _connect(conn)
     call = asyncio.ensure_future(conn.call("nri.pkg.api.v1alpha1.Plugin", "Synchronize", b"", 5.0))
     await asyncio.sleep(0)  # the call's first step writes the request

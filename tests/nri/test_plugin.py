@@ -466,7 +466,7 @@ async def test_container_records_go_to_node_state_after_the_reply_and_before_the
 
     plugin = NRIPlugin(bus, NRISettings(socket=tmp_path / "s"), handler=handler)
     session = PluginSession(plugin)
-    conn = NRIConnection(session.handle, after_reply=session.replied)
+    conn = NRIConnection(session.handle)
     conn._transport = Sink()  # type: ignore[assignment]
     pod = sample_pod(1)
     a, b = sample_container(pod, 0, api.CONTAINER_CREATED), sample_container(pod, 1, api.CONTAINER_CREATED)

@@ -62,7 +62,7 @@ async def test_a_create_container_reply_is_written_before_its_bookkeeping_and_no
     hooks = NRIHooks(HookCore(RuntimeHooks(), CgroupExecutor(node.layout, decisions), decisions), node.layout)
     plugin = NRIPlugin(EventBus(), NRISettings(socket=tmp_path / "s"), handler=hooks)
     session = PluginSession(plugin)
-    conn = NRIConnection(session.handle, after_reply=session.replied)
+    conn = NRIConnection(session.handle)
     at_write: list[tuple[int, float, float, float]] = []
     replies: list[bytes] = []
 

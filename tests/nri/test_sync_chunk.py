@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from koordqos.nri.api import nri_api_pb2 as api
-from koordqos.nri.session import BULK_DECODE_BYTES, MalformedPayload, SyncChunk
+from koordqos.nri.payload import MalformedPayload
+from koordqos.nri.sync import BULK_DECODE_BYTES, SyncChunk
 from koordqos.testing.loopturns import counting
 from koordqos.testing.mock_nri.samples import sample_node
 
@@ -107,11 +108,11 @@ def test_update_for_finds_entries_appended_directly_and_keeps_the_first() -> Non
 
 async def test_a_synchronize_s_messages_are_released_over_several_loop_steps() -> None:
     # freed at once when the handler returned, 2,500 containers' messages were ~6 ms in one step
-    from koordqos.nri.session import _release
+    from koordqos.nri.sync import release
 
     pods, ctrs = sample_node(50, 50)
     async with counting() as turns:
-        await _release(ctrs, pods)
+        await release(ctrs, pods)
     assert ctrs == []
     assert pods == []
     assert turns.count >= 3  # before each list and after the last: the reply's write is its own step

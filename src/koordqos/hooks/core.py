@@ -88,6 +88,10 @@ class Call:
     hook_times: list[tuple[str, Stage, float]]
     took: float
     later: list[tuple[Callable[..., object], tuple[Any, ...]]]
+    # The rest of the call when its body has to wait (`start_call`): a coroutine the caller awaits on a task,
+    # which ends the call; None when the call ran to its end where it was started. Dropped once it ran, so the
+    # call and its coroutine do not keep each other.
+    rest: Coroutine[Any, Any, None] | None
 
     def __init__(
         self,
@@ -111,6 +115,7 @@ class Call:
         self.hook_times = []
         self.took = -1.0
         self.later = []
+        self.rest = None
 
     @classmethod
     def start(cls, name: str, deadline: float, policy: FailurePolicy = "Ignore") -> Call:
@@ -249,20 +254,19 @@ def run_stage(registry: HookRegistry, call: Call, stage: Stage, ctx: HookContext
 Body = Callable[[Call], Awaitable[None] | None]
 
 
-def start_call(
-    name: str, deadline: float, policy: FailurePolicy, body: Body, settle: bool = True
-) -> Call | Coroutine[Any, Any, Call]:
+def start_call(name: str, deadline: float, policy: FailurePolicy, body: Body, settle: bool = True) -> Call:
     """Run `body` (one call's conversion, stages and reply) within `deadline` s under `policy`, without a
-    task when it can: a synchronous body runs to the end here and its Call is returned; a body that returns
-    an awaitable (an async handler, not started yet) gives a coroutine that the caller awaits on a task,
-    which runs it under `asyncio.timeout` for the rest of the deadline.
+    task when it can, and return its Call. A synchronous body runs to the end here; a body that returns an
+    awaitable (an async handler, not started yet) leaves the rest of the call in `Call.rest`, a coroutine
+    that the caller awaits on a task, which runs it under `asyncio.timeout` for the rest of the deadline.
 
-    Under Fail a hook failure raises HookError and an overrun raises TimeoutException; under Ignore the call
-    returns with `timed_out` / `errors` set and whatever the completed work put into its contexts.
+    Under Fail a hook failure raises HookError and an overrun raises TimeoutException (from here, or from
+    awaiting `rest`); under Ignore the call returns with `timed_out` / `errors` set and whatever the
+    completed work put into its contexts.
 
     The call settles (`Call.settle`: its timings observed, its deferred work run) before it is returned, or
-    with `settle=False` a Call returned from here is left for the caller to settle once it has replied (a
-    call that raises, or goes on on a task, settles before that in any case).
+    with `settle=False` a call that ran to its end here is left for the caller to settle once it has
+    replied (a call that raises, or goes on in `rest`, settles before that in any case).
     """
     call = Call.start(name, deadline, policy)
     try:
@@ -275,7 +279,8 @@ def start_call(
             call.settle()
         return call
     if out is not None and inspect.isawaitable(out):
-        return _finish_call(call, name, out)
+        call.rest = _finish_call(call, name, out)
+        return call
     try:
         if not call.timed_out and time.perf_counter() > call.end:
             call.overran()
@@ -295,7 +300,7 @@ def _body_failed(call: Call, name: str, exc: Exception) -> None:
     call.failed(call.step or name, exc)
 
 
-async def _finish_call(call: Call, name: str, pending: Awaitable[None]) -> Call:
+async def _finish_call(call: Call, name: str, pending: Awaitable[None]) -> None:
     try:
         async with asyncio.timeout(max(0.0, call.end - time.perf_counter())):
             await pending
@@ -306,15 +311,18 @@ async def _finish_call(call: Call, name: str, pending: Awaitable[None]) -> Call:
     except Exception as exc:
         _body_failed(call, name, exc)
     finally:
+        call.rest = None
         call.ended()
         call.settle()
-    return call
 
 
 async def run_call(name: str, deadline: float, policy: FailurePolicy, body: Body) -> Call:
-    """`start_call` for callers on a task: the body runs within `deadline` s under `policy`."""
-    started = start_call(name, deadline, policy, body)
-    return started if isinstance(started, Call) else await started
+    """`start_call` for callers on a task: the body runs within `deadline` s under `policy`, to its end."""
+    call = start_call(name, deadline, policy, body)
+    rest = call.rest
+    if rest is not None:
+        await rest
+    return call
 
 
 class HookCore:

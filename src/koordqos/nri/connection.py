@@ -1,10 +1,11 @@
 """NRIConnection: the asyncio Protocol that runs the mux and ttrpc codecs over one socket.
 
 One side serves requests on one logical connection and calls the peer on the other: the plugin serves
-conn 1 and calls on conn 2, the (mock) runtime the reverse. A request whose handler answers at once
-(bytes) is answered from `data_received` itself; one whose handler has to wait (a coroutine) runs in its
-own task, so responses may go out of order; calls are matched to responses by stream id. Every outgoing
-ttrpc message is written in one `writelines` of the frames `mux.frames_for` gives, so frames never
+conn 1 and calls on conn 2, the (mock) runtime the reverse. The handler gives each request's `Answer`
+(koordqos.nri.answer): one answered at once is answered from `data_received` itself; one that has to wait
+(`Answer.later`) runs in its own task, so responses may go out of order; calls are matched to responses by
+stream id. Either way the reply is written first, then the work the call left for after it runs. Every
+outgoing ttrpc message is written in one `writelines` of the frames `mux.frames_for` gives, so frames never
 interleave; a writer that meets a full transport buffer waits under the write lock, and while one does,
 replies queue behind it.
 
@@ -24,6 +25,7 @@ import structlog
 
 from koordqos.errors import KoordQoSError, ProtocolError, TimeoutException, detached
 from koordqos.nri import telemetry as m
+from koordqos.nri.answer import Answer
 from koordqos.nri.api import ttrpc_pb2
 from koordqos.nri.busypoll import BusyPoll
 from koordqos.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, MuxDecoder, frames_for
@@ -47,13 +49,11 @@ from koordqos.once import SeenOnce
 log = structlog.get_logger("koordqos.nri")
 _envelope_seen: SeenOnce[str] = SeenOnce()  # roles whose malformed envelope was logged
 
-# handler(request envelope, monotonic time the request was decoded) -> serialized Response envelope, or an
-# awaitable giving it (run on a task)
-RequestHandler = Callable[[RequestEnvelope, float], bytes | Awaitable[bytes]]
+# handler(request envelope, monotonic time the request was decoded) -> its Answer (the serialized Response
+# envelope, now or later, and what runs once it is written)
+RequestHandler = Callable[[RequestEnvelope, float], Answer]
 # frame_check(conn_id, payload, that conn's decoder before the payload is fed) raises ProtocolError
 FrameCheck = Callable[[int, bytes, TtrpcDecoder], None]
-# after_reply(): called once a request answered from `data_received` has its reply written (or dropped)
-AfterReply = Callable[[], None]
 
 
 class ConnectionClosedError(KoordQoSError):
@@ -71,12 +71,10 @@ class NRIConnection(asyncio.Protocol):
         serve_conn: int = PLUGIN_SERVICE_CONN,
         client_conn: int = RUNTIME_SERVICE_CONN,
         frame_check: FrameCheck | None = None,
-        after_reply: AfterReply | None = None,
         busy_poll: float = 0.0,
         busy_poll_gate: Callable[[], bool] | None = None,
     ) -> None:
         self._handler = handler
-        self._after_reply = after_reply
         self._busy = BusyPoll(busy_poll, busy_poll_gate)
         self.role = role
         self.serve_conn = serve_conn
@@ -183,19 +181,20 @@ class NRIConnection(asyncio.Protocol):
                 task.add_done_callback(self._tasks.discard)
                 return
             try:
-                out = self._handler(req, received)
+                answer = self._handler(req, received)
             except ProtocolError as exc:
-                self._replied()
                 self.fail(exc)
                 return
             except Exception as exc:
-                out = self._internal_error(req, exc)
-            if isinstance(out, bytes):
-                self._reply_now(msg.stream_id, req, out)
-                self._replied()
+                answer = Answer(self._internal_error(req, exc))
+            later = answer.later
+            if later is None:
+                self._reply_now(msg.stream_id, req, answer.reply)
+                self._replied(answer)
                 self._busy.replied()
                 return
-            task = asyncio.get_running_loop().create_task(self._serve(msg.stream_id, req, out))
+            answer.later = None  # the task holds it now (the answer and its coroutine do not keep each other)
+            task = asyncio.get_running_loop().create_task(self._serve(msg.stream_id, req, later, answer))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
@@ -209,11 +208,10 @@ class NRIConnection(asyncio.Protocol):
             return
         fut.set_result(decode_response(msg.data))
 
-    def _replied(self) -> None:
-        if self._after_reply is None:
-            return
+    def _replied(self, answer: Answer) -> None:
+        """The reply is written (or dropped): run what the call left for after it."""
         try:
-            self._after_reply()
+            answer.replied()
         except Exception as exc:  # a bug of the owner's bookkeeping must not drop the connection
             log.error(
                 "NRI after-reply step failed",
@@ -257,17 +255,23 @@ class NRIConnection(asyncio.Protocol):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, stream_id: int, req: RequestEnvelope, pending: Awaitable[bytes]) -> None:
+    async def _serve(
+        self, stream_id: int, req: RequestEnvelope, later: Awaitable[bytes], answer: Answer
+    ) -> None:
         try:
-            reply = await pending
-        except ProtocolError as exc:
-            self.fail(exc)
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            reply = self._internal_error(req, exc)
-        await self._send_reply(stream_id, self._checked(req, reply))
+            try:
+                reply = await later
+            except ProtocolError as exc:
+                self.fail(exc)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                reply = self._internal_error(req, exc)
+            await self._send_reply(stream_id, self._checked(req, reply))
+        finally:
+            # written, dropped, or the connection went: what the call left for after its reply runs now
+            self._replied(answer)
 
     async def _send_reply(self, stream_id: int, reply: bytes) -> None:
         try:

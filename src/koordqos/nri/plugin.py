@@ -227,7 +227,6 @@ class NRIPlugin:
             return NRIConnection(
                 session.handle,
                 role="plugin",
-                after_reply=session.replied,
                 busy_poll=self.settings.busy_poll_seconds,
                 busy_poll_gate=self.busy_poll_gate,
             )

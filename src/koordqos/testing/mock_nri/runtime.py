@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from google.protobuf.message import Message as ProtoMessage
 
 from koordqos.errors import TimeoutException
+from koordqos.nri.answer import Answer
 from koordqos.nri.api import nri_api_pb2 as api
 from koordqos.nri.api import ttrpc_pb2
 from koordqos.nri.connection import ConnectionClosedError, NRIConnection
@@ -134,8 +135,8 @@ class MockRuntime:
     def _make_conn(self) -> NRIConnection:
         holder: list[PluginLink] = []
 
-        async def serve(req: RequestEnvelope, received: float) -> bytes:
-            return await self._serve_runtime(holder[0], req)
+        def serve(req: RequestEnvelope, received: float) -> Answer:
+            return Answer(later=self._serve_runtime(holder[0], req))
 
         conn = NRIConnection(
             serve,
