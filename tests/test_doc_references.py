@@ -17,11 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "koordqos"
 SUFFIXES = (".py", ".pyi")
 
-#: Files and directories still referring to texts outside the repository (or to sections docs/ does not have),
-#: being rewritten by another change. Empty it when they point to docs/ too.
-ALLOW_EXTERNAL: tuple[str, ...] = (
-    "nri/",
-)
 
 DOC_PATH = re.compile(r"docs/[A-Za-z0-9_./-]+\.md")
 # a docs path, an optional comma, then one or more quoted titles ("A", "B" and "C")
@@ -39,10 +34,6 @@ def _sources() -> list[Path]:
 
 def _rel(path: Path) -> str:
     return path.relative_to(SRC).as_posix()
-
-
-def _allowed(rel: str) -> bool:
-    return any(rel == a or (a.endswith("/") and rel.startswith(a)) for a in ALLOW_EXTERNAL)
 
 
 def _flat(text: str) -> str:
@@ -102,8 +93,7 @@ def test_no_reference_to_a_text_outside_the_repository() -> None:
     found = [
         ref
         for path in _sources()
-        if not _allowed(rel := _rel(path))
-        for ref in external_references(rel, path.read_text(encoding="utf-8"))
+        for ref in external_references(_rel(path), path.read_text(encoding="utf-8"))
     ]
     assert found == [], 'point these at the project docs (docs/<file>.md, "Section"):\n' + "\n".join(found)
 
@@ -117,15 +107,9 @@ def test_every_quoted_section_exists() -> None:
     missing = [
         ref
         for path in _sources()
-        if not _allowed(rel := _rel(path))
-        for ref in missing_titles(rel, path.read_text(encoding="utf-8"))
+        for ref in missing_titles(_rel(path), path.read_text(encoding="utf-8"))
     ]
     assert missing == [], "\n".join(missing)
-
-
-@pytest.mark.parametrize("entry", ALLOW_EXTERNAL)
-def test_the_allow_list_names_source_files(entry: str) -> None:
-    assert any(_rel(p) == entry or (entry.endswith("/") and _rel(p).startswith(entry)) for p in _sources())
 
 
 @pytest.mark.parametrize(

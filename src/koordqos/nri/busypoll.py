@@ -21,7 +21,7 @@ busy node, measured 1.3–1.7× the Go plugin's p50 there against 0.8–1.1× ga
 off. Each window ends as "caught" (a request came within it) or "expired", and a reply that opened none
 because the gate said no counts as "skipped", all in
 `koordqos_nri_busy_poll_windows_total`, so a node shows whether its runtime's calls come close enough
-together to be worth it (docs/performance.md, "Busy-polling after a reply").
+together to be worth it (docs/performance-history.md, "Busy-polling after a reply (session 26)").
 """
 
 from __future__ import annotations

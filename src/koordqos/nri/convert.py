@@ -1,4 +1,5 @@
-"""NRI calls ↔ hook contexts (runtime-hooks.md §4): the NRI adapter of the hook core.
+"""NRI calls ↔ hook contexts (docs/behaviour-nri.md, "Events and answers"): the NRI adapter of the hook
+core.
 
 The plugin hands every NRI call (a `koordqos.nri.calls` record) to `NRIHooks`, inside the hook core's
 `run_call` (deadline, failure policy); this module only translates:
@@ -9,9 +10,9 @@ The plugin hands every NRI call (a `koordqos.nri.calls` record) to `NRIHooks`, i
   quota, cpuset, memory limit, env, oom_score_adj).
 * UpdateContainer → PreUpdateContainerResources on the resources the runtime is about to apply
   (falling back to the container's current ones); a `ContainerUpdate` naming the container, only when a
-  resource field was set (project decision §8.4).
+  resource field was set (docs/behaviour-nri.md, "Events and answers").
 * Synchronize → for every CREATED/RUNNING/PAUSED container, PreUpdateContainerResources on its current
-  resources; an update for each container whose values differ (project decision §4).
+  resources; an update for each container whose values differ (docs/behaviour-nri.md, "Events and answers").
 * RemovePodSandbox → drop the executor's cached values for the pod's cgroups.
 
 Pods known from the API server contribute their spec (batch resources); pods seen only through NRI use
@@ -450,7 +451,8 @@ def _was(diff: Resources, have: Resources | None, oom: int | None = None) -> str
 
 
 def nri_visible(res: Resources) -> bool:
-    """Whether `res` sets a field NRI can carry (an empty cpuset means "not set" in NRI, §8.3)."""
+    """Whether `res` sets a field NRI can carry (an empty cpuset means "not set" in NRI:
+    docs/behaviour-runtime-hooks.md, "Project decisions")."""
     return (
         res.cpu_shares is not None
         or res.cfs_quota is not None

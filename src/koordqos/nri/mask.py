@@ -37,7 +37,8 @@ _FORBIDDEN_EVENTS = event_bit(api.VALIDATE_CONTAINER_ADJUSTMENT) | event_bit(api
 
 
 # The NRI events that carry each runtime-hook stage: `--runtime-hooks-disable-stages` takes them out of the
-# subscription, so a disabled stage costs the runtime no round trip (project decision, runtime-hooks §4).
+# subscription, so a disabled stage costs the runtime no round trip (docs/behaviour-nri.md,
+# "Events and answers").
 STAGE_EVENTS: dict[str, int] = {
     "PreRunPodSandbox": event_bit(api.RUN_POD_SANDBOX),
     "PreCreateContainer": event_bit(api.CREATE_CONTAINER),

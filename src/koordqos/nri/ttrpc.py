@@ -24,8 +24,8 @@ MAX_DATA_SIZE = 4 << 20  # ttrpc's message length limit (4 MiB)
 _HEADER = struct.Struct(">IIBB")
 # A message at least this long leaves the decoder in the buffer it was received into (a view, no copy), and
 # its Request envelope is split without copying the payload: a fresh copy of a multi-MB Synchronize costs
-# ~1.5 ms of page faults, three of them were one 4–7 ms step (docs/performance.md, "the large frame
-# without copies").
+# ~1.5 ms of page faults, three of them were one 4–7 ms step (docs/performance-history.md,
+# "Session 25: the large frame without copies").
 HANDOVER_BYTES = 1 << 16
 
 BytesLike = bytes | memoryview

@@ -3,7 +3,7 @@
 isort:skip_file
 NRI plugin API, package nri.pkg.api.v1alpha1, as spoken by containerd/nri v0.12.2.
 
-Written for koordqos from the wire description in docs (spec/nri-protocol.md §4-§5). Field numbers
+Written for koordqos from the wire description in docs (docs/behaviour-nri.md, "Frames the runtime can read"). Field numbers
 and types are the wire contract and match upstream exactly; enum value *names* are free (only numbers
 travel), which is why the ownership `Field` enum is prefixed (upstream's `None` is a Python keyword).
 Generated Python: koordqos.nri.api.nri_api_pb2 (`nox -s protos`).
