@@ -1,8 +1,9 @@
 """The code's references to documentation point into the repository (#38 item 5).
 
-A `§` number, a `PD-n` decision or a `<name>.md` file the repository does not hold dangles for anyone who
-clones it. References to the project's own pages (`docs/<file>.md`, `"Section title"`) must name a page that
-exists and, when they quote a title, a heading or bold rule title of that page.
+A section-sign number, a `PD-n` decision or a `<name>.md` file the repository does not hold dangles for
+anyone who clones it. References to the project's own pages (`docs/<file>.md`, `"Section title"`) must name a
+page that exists and, when they quote a title, a heading or bold rule title of that page. Checked: the
+package (src/koordqos), the tests, bench/ and tools/; of this file, everything above its examples.
 """
 
 from __future__ import annotations
@@ -14,26 +15,46 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "src" / "koordqos"
-SUFFIXES = (".py", ".pyi")
+TREES = (ROOT / "src" / "koordqos", ROOT / "tests", ROOT / "bench", ROOT / "tools")
+SUFFIXES = (".py", ".pyi", ".go", ".c", ".sh")
+THIS = Path(__file__).resolve()
+# the line that starts this file's examples, which hold the very references the checks must find
+EXAMPLES_HEADING = "# -- what the checks count"
 
 
 DOC_PATH = re.compile(r"docs/[A-Za-z0-9_./-]+\.md")
 # a docs path, an optional comma, then one or more quoted titles ("A", "B" and "C")
 DOC_TITLES = re.compile(r'(docs/[A-Za-z0-9_./-]+\.md),?\s+((?:"[^"\n]+"(?:,\s*|\s+and\s+)?)+)')
-SECTION = re.compile(r"§")
+SECTION = re.compile("\u00a7")
 DECISION = re.compile(r"\bPD-\d+\b")
 MD_FILE = re.compile(r"(?<![A-Za-z0-9_./-])([A-Za-z0-9_./-]+\.md)\b")
+# a page named in code as a path built from parts: `ROOT / "docs" / "<file>.md"`
+BUILT_DOCS_PATH = re.compile(r'"docs"\s*/\s*"$')
 # a wrapped comment or docstring line: newline, indentation, an optional comment marker
 CONTINUATION = re.compile(r"\n[ \t]*(?:#+[ \t]?)?")
 
 
 def _sources() -> list[Path]:
-    return sorted(p for p in SRC.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+    return sorted(
+        p
+        for tree in TREES
+        for p in tree.rglob("*")
+        if p.suffix in SUFFIXES and p.is_file() and "__pycache__" not in p.parts
+    )
 
 
 def _rel(path: Path) -> str:
-    return path.relative_to(SRC).as_posix()
+    return path.relative_to(ROOT).as_posix()
+
+
+def _text(path: Path) -> str:
+    """The file's text; of this file, the part above its examples."""
+    text = path.read_text(encoding="utf-8")
+    if path == THIS:
+        head, found, _ = text.partition("\n" + EXAMPLES_HEADING)
+        assert found, f"{_rel(path)}: no line {EXAMPLES_HEADING!r}"
+        return head
+    return text
 
 
 def _flat(text: str) -> str:
@@ -57,7 +78,7 @@ def _anchors(doc: str) -> frozenset[str]:
 
 
 def external_references(rel: str, text: str) -> list[str]:
-    """The references in `text` (a file at `rel` under src/koordqos) to texts not in the repository."""
+    """The references in `text` (a file at `rel`) to texts not in the repository."""
     flat = _flat(text)
     found: list[str] = []
     for m in SECTION.finditer(flat):
@@ -68,8 +89,14 @@ def external_references(rel: str, text: str) -> list[str]:
         found.append(f"{rel}: {m.group(0)}")
     for m in MD_FILE.finditer(flat):
         name = m.group(1)
-        if not name.startswith("docs/") and not (ROOT / name).is_file():
-            found.append(f"{rel}: {name}")
+        if name.startswith("docs/") or (ROOT / name).is_file():
+            continue
+        if (
+            BUILT_DOCS_PATH.search(flat[max(0, m.start() - 20) : m.start()])
+            and (ROOT / "docs" / name).is_file()
+        ):
+            continue
+        found.append(f"{rel}: {name}")
     return found
 
 
@@ -90,26 +117,30 @@ def missing_titles(rel: str, text: str) -> list[str]:
 
 
 def test_no_reference_to_a_text_outside_the_repository() -> None:
-    found = [
-        ref
-        for path in _sources()
-        for ref in external_references(_rel(path), path.read_text(encoding="utf-8"))
-    ]
+    found = [ref for path in _sources() for ref in external_references(_rel(path), _text(path))]
     assert found == [], 'point these at the project docs (docs/<file>.md, "Section"):\n' + "\n".join(found)
 
 
 def test_every_named_doc_exists() -> None:
-    missing = [r for path in _sources() for r in missing_pages(_rel(path), path.read_text(encoding="utf-8"))]
+    missing = [ref for path in _sources() for ref in missing_pages(_rel(path), _text(path))]
     assert missing == [], "\n".join(missing)
 
 
 def test_every_quoted_section_exists() -> None:
-    missing = [
-        ref
-        for path in _sources()
-        for ref in missing_titles(_rel(path), path.read_text(encoding="utf-8"))
-    ]
+    missing = [ref for path in _sources() for ref in missing_titles(_rel(path), _text(path))]
     assert missing == [], "\n".join(missing)
+
+
+def test_every_tree_is_scanned() -> None:
+    scanned = {_rel(p).split("/")[0] for p in _sources()}
+    assert scanned == {"src", "tests", "bench", "tools"}
+    assert THIS in _sources()
+    # of this file only the examples are left out, and they are what the checks would find
+    assert external_references("x.py", THIS.read_text(encoding="utf-8"))
+    assert external_references("x.py", _text(THIS)) == []
+
+
+# -- what the checks count (examples: the references below are the cases, so the scan stops above) ---------
 
 
 @pytest.mark.parametrize(
@@ -122,6 +153,9 @@ def test_every_quoted_section_exists() -> None:
         ("# docs/deployment.md §2.2 is the project's own", 0),
         ('# docs/reporting.md, "Zones"', 0),
         ("# see README.md", 0),  # a file of the repository
+        ('page = ROOT / "docs" / "deployment.md"', 0),  # a docs page as a path built in code
+        ('page = ROOT / "docs" / "no-such-page.md"', 1),
+        ('page = ROOT / "deployment.md"', 1),  # not a docs page
     ],
 )
 def test_what_counts_as_an_external_reference(text: str, expected: int) -> None:

@@ -7,7 +7,8 @@ import pytest
 from koordqos.errors import ConfigError
 from koordqos.features import DEFAULT_GATES, NOT_ACTED_ON, NOT_IMPLEMENTED, inert_gates, parse_feature_gates
 
-# koordlet's gates: qos-manager.md §1.6, runtime-hooks.md §7 and the ones koordqos does not implement
+# koordlet's gates (docs/behaviour-qos-manager.md, "Feature gates and the NodeSLO switch"; the list in
+# docs/configuration.md), the ones koordqos does not implement included
 KOORDLET_GATES = [
     "BECPUSuppress",
     "BECPUManager",

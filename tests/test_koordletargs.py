@@ -12,7 +12,8 @@ from koordqos.configload import load_config
 from koordqos.errors import ConfigError
 from koordqos.features import DEFAULT_GATES
 
-# koordinator-sh/charts v1.8.0 templates/koordlet.yaml with the chart's values (deployment.md §1.1)
+# koordinator-sh/charts v1.8.0 templates/koordlet.yaml with the chart's values (docs/deployment.md, "2.4.1
+# koordlet's DaemonSet arguments")
 CHART_ARGS = [
     "-addr=:9316",
     "-cgroup-root-dir=/host-cgroup/",

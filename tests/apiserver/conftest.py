@@ -34,17 +34,18 @@ from .kubeobjects import eventually
 
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "koordqos"
 CHART_NODESLO_GROUP = "chart-test.koordqos.io"  # the chart's NodeSLO CRD, renamed to sit beside the real one
-#: Koordinator's NodeMetric CRD with the two status fields of koordinator#3138 (the spec's commit, which the
-#: Go module proxy here does not serve), under a test group of its own beside the real v1.8.0 one
+#: Koordinator's NodeMetric CRD with the two status fields of koordinator#3138 (the commit the reporting
+#: follows, which the Go module proxy here does not serve), under a test group of its own beside the real
+#: v1.8.0 one
 NODEMETRIC_3138_GROUP = "koordinator-3138.koordqos.io"
 
 
 def with_3138_fields(crd: dict[str, Any]) -> dict[str, Any]:
     """v1.8.0's NodeMetric CRD plus `status.nodeMetric.numaUsages` and `status.prodPeakMetric` as #3138's Go
-    types define them (koordinator-reporting.md §1.3, §1.6): `NUMAUsage{numaNodeID int32 (required),
-    nodeUsage, systemUsage ResourceMap}` and `prodPeakMetric{resource ResourceMap}` — the schemas of the
-    ResourceMaps copied from the CRD's own `nodeUsage` / `prodReclaimableMetric`, as controller-gen emits
-    them for the same Go type."""
+    types define them (docs/reporting.md, "Status fields"; docs/prediction.md, "numaUsages"):
+    `NUMAUsage{numaNodeID int32 (required), nodeUsage, systemUsage ResourceMap}` and `prodPeakMetric{resource
+    ResourceMap}` — the schemas of the ResourceMaps copied from the CRD's own `nodeUsage` /
+    `prodReclaimableMetric`, as controller-gen emits them for the same Go type."""
     out = copy.deepcopy(crd)
     (version,) = out["spec"]["versions"]
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]

@@ -1,6 +1,7 @@
 """Koordinator's own CRDs (the release's config/crd/bases) on a real server: structural, pruning, status
-rules; and the chart's NodeSLO CRD (installed under a test group beside the real one). The examples are the
-spec's own (koordinator-reporting.md §1.9, §2.9).
+rules; and the chart's NodeSLO CRD (installed under a test group beside the real one). The examples are an
+example NodeMetric status and the NRT worked example (docs/reporting.md, "Status fields" and "Share pools
+and reserved CPUs").
 """
 
 from __future__ import annotations

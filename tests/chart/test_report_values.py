@@ -1,5 +1,5 @@
 """Chart values of the reports: each reporter can be turned off, and RBAC follows (least privilege:
-`nodes/status` patch only in standalone batch mode) — koordinator-reporting.md §4.2."""
+`nodes/status` patch only in standalone batch mode) — docs/deployment.md, "RBAC"."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import pytest
 
 from .chart_render import NAMESPACE, Rendered, render
 
-# Exactly the access the agent needs in cluster mode (ARCHITECTURE.md; deployment.md §1.1 note).
+# Exactly the access the agent needs in cluster mode (docs/deployment.md, "RBAC").
 # tests/apiserver/test_rbac.py checks it against what the agent really does on a real API server.
 MINIMAL_RBAC = {
     ("", "pods", "list"),
@@ -23,7 +23,7 @@ MINIMAL_RBAC = {
     ("slo.koordinator.sh", "nodeslos", "watch"),
     ("", "events", "create"),
 }
-# koordinator-reporting.md §4.2: the reports (defaults: NodeMetric status, NRT, kubelet /configz)
+# the reports (defaults: NodeMetric status, NRT, kubelet /configz; docs/deployment.md, "RBAC")
 REPORT_RBAC = {
     ("slo.koordinator.sh", "nodemetrics", "get"),
     ("slo.koordinator.sh", "nodemetrics/status", "update"),
@@ -142,7 +142,8 @@ def test_node_agent_scheduling(any_render: Rendered) -> None:
 def test_resources_fit_the_memory_budget(default_render: Rendered) -> None:
     resources = default_render.container["resources"]
     assert set(resources) == {"requests", "limits"}
-    # ARCHITECTURE.md §4: <= 120 MiB resident with 200 pods; the limit must leave room above it.
+    # <= 120 MiB resident with 200 pods (docs/performance.md, "Whole agent at 200 and 1,000 pods"); the limit
+    # must leave room above it.
     assert resources["requests"]["memory"] == "128Mi"
     assert resources["limits"]["memory"] == "256Mi"
     assert resources["requests"]["cpu"] == "100m"  # the 200-pod row of the scaling table, with churn
@@ -158,8 +159,9 @@ def _millicores(quantity: str | int) -> int:
     return int(text[:-1]) if text.endswith("m") else int(float(text) * 1000)
 
 
-# The scaling table (docs/performance.md "Scaling", bench/agent.py): resident memory at the end of the run,
-# MiB, per pod count. The chart's presets must request at least that and limit at twice the request.
+# The scaling table (docs/performance.md, "Scaling: 50 / 200 / 1,000 / 2,000 pods", bench/agent.py): resident
+# memory at the end of the run, MiB, per pod count. The chart's presets must request at least that and limit
+# at twice the request.
 MEASURED_RSS_MIB = {200: 116, 1000: 152, 2000: 192}
 
 

@@ -1,7 +1,7 @@
-"""The agent as a real subprocess reporting to the fake API server (koordinator-reporting.md §1, §2): a
-synthetic node whose node and pod CPU counters advance at known rates and whose pods have known anonymous
-memory; the NodeMetric status it writes (through a 409 that must be retried) matches within tolerance and has
-every required field; no status before the node window has data; the NRT is created."""
+"""The agent as a real subprocess reporting to the fake API server (docs/reporting.md, "Reporting rules the
+code refers to"): a synthetic node whose node and pod CPU counters advance at known rates and whose pods have
+known anonymous memory; the NodeMetric status it writes (through a 409 that must be retried) matches within
+tolerance and has every required field; no status before the node window has data; the NRT is created."""
 
 from __future__ import annotations
 
@@ -153,7 +153,8 @@ async def _reports_known_rates(tmp_path: Path) -> None:
 
 
 async def _no_status_while_the_node_window_is_empty(tmp_path: Path) -> None:
-    """/proc/stat unreadable: no node CPU sample ever, so no status is written (PD-6), rounds are skipped."""
+    """/proc/stat unreadable: no node CPU sample ever, so no status is written, rounds are skipped
+    (docs/reporting.md, "No status over an empty window")."""
     node = SyntheticNode(tmp_path / "node")
     (node.proc_root / "stat").unlink()
     api = FakeAPIServer()

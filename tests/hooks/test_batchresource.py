@@ -1,4 +1,4 @@
-"""BatchResource: spec cases B1–B15, R1–R5 (runtime-hooks.md §3.1)."""
+"""BatchResource: koordlet's cases B1–B15, R1–R5 (docs/behaviour-runtime-hooks.md, "BatchResource")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""CoreSched: spec cases K1–K14, K18, K19 (runtime-hooks.md §3.5); the cookie cases K15–K17 are in
-tests/host/test_coresched.py, with the cookie caches."""
+"""CoreSched: koordlet's cases K1–K14, K18, K19 (docs/behaviour-runtime-hooks.md, "CoreSched"); the cookie
+cases K15–K17 are in tests/host/test_coresched.py, with the cookie caches."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""CPUNormalization: spec cases N1–N9 (runtime-hooks.md §3.4); N10–N11 are in test_reconciler.py."""
+"""CPUNormalization: koordlet's cases N1–N9 (docs/behaviour-runtime-hooks.md, "CPUNormalization"); N10–N11
+are in test_reconciler.py."""
 
 from __future__ import annotations
 

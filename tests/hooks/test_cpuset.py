@@ -1,4 +1,5 @@
-"""CPUSetAllocator: spec cases S1–S21 (runtime-hooks.md §3.3). File effects are in test_reconciler.py."""
+"""CPUSetAllocator: koordlet's cases S1–S21 (docs/behaviour-runtime-hooks.md, "CPUSetAllocator"). File
+effects are in test_reconciler.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""GPUEnvInject and RDMADeviceInject (runtime-hooks.md §3.7): the spec's cases, and the stage table."""
+"""GPUEnvInject and RDMADeviceInject (docs/devices.md, "GPUEnvInject" and "RDMADeviceInject"): koordlet's
+cases, and the stage table (docs/behaviour-runtime-hooks.md, "Stages and hook order")."""
 
 from __future__ import annotations
 

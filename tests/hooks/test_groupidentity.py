@@ -1,4 +1,5 @@
-"""GroupIdentity: spec cases G1–G10 and P1–P8 (runtime-hooks.md §3.2); C1–C4 are in test_reconciler.py."""
+"""GroupIdentity: koordlet's cases G1–G10 and P1–P8 (docs/behaviour-runtime-hooks.md, "GroupIdentity");
+C1–C4 are in test_reconciler.py."""
 
 from __future__ import annotations
 

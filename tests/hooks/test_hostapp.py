@@ -1,4 +1,5 @@
-"""NodeSLO host applications through the reconciler (runtime-hooks.md §1.7, §2.5; G10, S20 end to end)."""
+"""NodeSLO host applications through the reconciler (docs/behaviour-runtime-hooks.md, "Host applications";
+koordlet's cases G10, S20 end to end)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""OOMScoreAdj: spec cases O1–O9 (runtime-hooks.md §3.6); O10 is in test_reconciler.py."""
+"""OOMScoreAdj: koordlet's cases O1–O9 (docs/behaviour-runtime-hooks.md, "OOMScoreAdj"); O10 is in
+test_reconciler.py."""
 
 from __future__ import annotations
 

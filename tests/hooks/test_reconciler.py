@@ -190,7 +190,8 @@ async def test_value_changed_behind_the_agents_back_is_restored(tmp_path: Path) 
     s = state(PodsReplaced((p,)))  # type: ignore[arg-type]
     await rec.reconcile(s)
     node.write(pdir, "cpu", "cpu.cfs_quota_us", -1)
-    rec.executor.invalidate()  # the cache would hold the value up to 60 s (spec §8.10)
+    # the cache would hold the value up to 60 s (docs/behaviour-qos-manager.md, "Cgroup writes")
+    rec.executor.invalidate()
     await rec.reconcile(s)
     assert cpu(node, pdir, "cpu.cfs_quota_us") == "50000"
 

@@ -1,4 +1,5 @@
-"""Resctrl hook (runtime-hooks.md §3.8): the pod's group as the container's NRI RDT class."""
+"""Resctrl hook (docs/behaviour-runtime-hooks.md, "Resctrl hook"): the pod's group as the container's NRI RDT
+class."""
 
 from __future__ import annotations
 

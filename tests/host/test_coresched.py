@@ -1,4 +1,5 @@
-"""Core-sched cookies: the caches (spec cases K15–K17, pruning) and the intents through the HostActuator."""
+"""Core-sched cookies: the caches (koordlet's cases K15–K17, pruning) and the intents through the
+HostActuator."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ async def test_prune_forgets_gone_containers_and_dead_pids(tmp_path: Path) -> No
     assert cookies.cookies == {}
 
 
-# -- the cookie caches (runtime-hooks.md §3.5 K15–K17) ---------------------------------------------------
+# -- the cookie caches (docs/behaviour-runtime-hooks.md, "CoreSched"; koordlet's cases K15–K17) --------------
 
 
 def test_k15_add_cookie() -> None:

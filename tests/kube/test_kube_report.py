@@ -1,5 +1,5 @@
 """Report actuators against the fake API server's real semantics (status subresource, 409 on a stale
-resourceVersion, NRT create/update) — koordinator-reporting.md §1.7, §2.8."""
+resourceVersion, NRT create/update) — docs/reporting.md, "Status writes" and "NRT writes"."""
 
 from __future__ import annotations
 

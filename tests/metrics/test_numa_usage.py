@@ -1,4 +1,4 @@
-"""Per-NUMA usage from the collector to the NodeMetric's numaUsages (koordinator-prediction.md §5, §8.6):
+"""Per-NUMA usage from the collector to the NodeMetric's numaUsages (docs/prediction.md, "numaUsages"):
 per-CPU /proc/stat ticks summed by NUMA node, the node's sysfs meminfo, pods' memory.numa_stat, and the
 per-tick system part."""
 
@@ -152,8 +152,9 @@ async def test_no_numa_information_no_numa_usages(tmp_path: object) -> None:
 
 
 def test_the_spec_vector() -> None:
-    """§8.6 through the planner, the series as koordlet's test mocks them: NUMA 0 node 1.5 cores / 1024 B
-    and system 0.5 / 512; NUMA 1 node 2.5 / 2048 and no system CPU sample (so no systemUsage)."""
+    """koordlet's NUMA usage test vector through the planner, the series as koordlet's test mocks them: NUMA 0
+    node 1.5 cores / 1024 B and system 0.5 / 512; NUMA 1 node 2.5 / 2048 and no system CPU sample (so no
+    systemUsage)."""
     history = ReportHistory(1.0, clock=lambda: 100.0)
 
     def series(*values: float) -> Series:

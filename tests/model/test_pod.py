@@ -1,4 +1,5 @@
-"""Pod model: QoS and priority classification (qos-manager.md §4), resources, typed annotations, bad input."""
+"""Pod model: QoS and priority classification (docs/behaviour-qos-manager.md, "QoS and priority classes"),
+resources, typed annotations, bad input."""
 
 from __future__ import annotations
 
@@ -239,7 +240,7 @@ def test_sub_priority_label(label: str | None, sub: int, label_priority: int) ->
     assert ("koordinator.sh/priority" in pod.problems) == (label == "high")
 
 
-# -- eviction keys (qos-manager.md §3.4) ------------------------------------------------------------------
+# -- eviction keys (docs/behaviour-qos-manager.md, "Eviction candidates") ------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""ttrpc and mux codecs: the spec's worked bytes, the sending rule, stream ids, and fuzzing."""
+"""ttrpc and mux codecs: the registration example's bytes (docs/behaviour-nri.md, "Frames the runtime can
+read"), the sending rule, stream ids, and fuzzing."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ from koordqos.nri.ttrpc import (
 )
 from koordqos.testing.mock_nri.protocol import go_frame_check
 
-# nri-protocol.md §3.4: RegisterPlugin{demo, 10} on conn 2, stream 1, timeout 5 s
+# the registration example (docs/behaviour-nri.md, "Frames the runtime can read"): RegisterPlugin{demo, 10}
+# on conn 2, stream 1, timeout 5 s
 REGISTER_WIRE = bytes.fromhex(
     "00000002"
     "0000004a"

@@ -1,4 +1,6 @@
-"""NRI conversion (nri/convert.py): resources both ways, the decisions of §8, failure policy and dry-run."""
+"""NRI conversion (nri/convert.py): resources both ways, the project's decisions
+(docs/behaviour-runtime-hooks.md, "Project decisions"; docs/behaviour-nri.md, "Events and answers"), failure
+policy and dry-run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Checkpoint files (koordinator-prediction.md §3.3, §3.5, §8.2, §8.4): koordlet's format, the directory."""
+"""Checkpoint files (docs/prediction.md, "Checkpoint file", "Checkpoints" and "Restore"; koordlet's test
+vectors): koordlet's format, the directory."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The histogram vectors of koordinator-prediction.md §2, §8.1–§8.3 and Appendix B."""
+"""koordlet's histogram test vectors and truncated bucket starts (docs/prediction.md, "Histogram" and
+"Decay")."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ HOUR_NS = 3600 * 10**9
 START_NS = 1234567890 * 10**9
 
 
-# -- §8.1 options --------------------------------------------------------------------------------------------
+# -- koordlet's histogram options ----------------------------------------------------------------------------
 
 
 def test_linear_layout() -> None:
@@ -39,7 +40,7 @@ def test_exponential_layout() -> None:
 
 
 def test_model_layouts_match_the_spec() -> None:
-    """§2.1 and Appendix B: 158 CPU and 205 memory buckets, the truncated starts."""
+    """158 CPU and 205 memory buckets, the truncated starts (docs/prediction.md, "Histogram")."""
     assert CPU_LAYOUT.num_buckets == 158
     assert MEMORY_LAYOUT.num_buckets == 205
     assert int(CPU_LAYOUT.start(1) * 1000) == 25
@@ -61,7 +62,7 @@ def test_model_layouts_match_the_spec() -> None:
         assert int(MEMORY_LAYOUT.start(b)) == start, b
 
 
-# -- §8.2 plain histogram ------------------------------------------------------------------------------------
+# -- koordlet's plain histogram vectors ----------------------------------------------------------------------
 
 LIN10 = LinearLayout(10, 1.0, 1e-15)
 
@@ -147,7 +148,7 @@ def test_load_of_all_zero_weights_loads_nothing() -> None:
     assert h.total == 0.0
 
 
-# -- §8.3 decaying histogram ---------------------------------------------------------------------------------
+# -- koordlet's decaying histogram vectors (docs/prediction.md, "Decay") -------------------------------------
 
 
 def test_decay_favours_newer_samples() -> None:
@@ -190,7 +191,7 @@ def test_load_takes_the_reference_time() -> None:
     assert h.save().reference_ns == ref
 
 
-# -- §2.4 the first sample's weight --------------------------------------------------------------------------
+# -- the first sample's weight (docs/prediction.md, "Decay") -------------------------------------------------
 
 T2026 = 1767225600 * 10**9  # 2026-01-01T00:00:00Z
 
@@ -217,7 +218,7 @@ def test_rounding_to_a_half_life_counts_from_year_one() -> None:
 
 
 def test_a_zero_only_histogram_predicts_the_first_bucket_end() -> None:
-    """§2.3 / §9 item 3: zeros are not empty — 25 m and 5 MiB."""
+    """Zeros are not empty — 25 m and 5 MiB (docs/prediction.md, "Histogram" and "Zeros are not empty")."""
     cpu = DecayingHistogram(CPU_LAYOUT, 12 * HOUR_NS)
     mem = DecayingHistogram(MEMORY_LAYOUT, 24 * HOUR_NS)
     cpu.add(0.0, 1.0, T2026)

@@ -1,4 +1,5 @@
-"""The models and the training round (koordinator-prediction.md §1.3, §3.1, §3.4, §8.4)."""
+"""The models and the training round (docs/prediction.md, "Training round", "Expiry" and "Checkpoints";
+koordlet's prediction-server test vector)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ T0 = 1767225600 * 10**9
 
 
 def first_round(store: ModelStore, t: int = T0) -> None:
-    """§8.4: node CPU 0 / 256 MiB; pod1 1 core / 128 MiB, pod2 3 cores / 128 MiB, both BestEffort → batch."""
+    """koordlet's prediction-server vector: node CPU 0 / 256 MiB; pod1 1 core / 128 MiB, pod2 3 cores / 128
+    MiB, both BestEffort → batch."""
     train(
         store,
         RoundSamples(
@@ -81,7 +83,8 @@ def test_no_pods_makes_seven_models_and_gc_takes_them() -> None:
 
 
 def test_failed_node_query_still_trains_sys_and_classes() -> None:
-    """§1.3 steps 2–4: no `__node__` update, sys gets max(0 − Σ pods, 0) = 0."""
+    """Training round steps 2–4 (docs/prediction.md, "Training round"): no `__node__` update, sys gets max(0 −
+    Σ pods, 0) = 0."""
     store = ModelStore()
     train(store, RoundSamples([PodUsage("p", "koord-prod", 2.0, 10 * MiB)], None, 512 * MiB), T0)
     assert NODE_UID not in store
@@ -140,7 +143,7 @@ def test_window_p90_empty() -> None:
     assert window_p90([]) is None
 
 
-# -- checkpoint rounds (§3.4, §8.4) --------------------------------------------------------------------------
+# -- checkpoint rounds (docs/prediction.md, "Checkpoints") ---------------------------------------------------
 
 
 def three_models() -> ModelStore:
@@ -173,7 +176,7 @@ def test_checkpoint_round_limit() -> None:
 
 
 def test_checkpoint_round_stops_at_the_first_recent_model() -> None:
-    """§9 item 12: the loop breaks, it does not skip."""
+    """The loop breaks, it does not skip (docs/prediction.md, "Checkpoints")."""
     store = three_models()
     store.models["a"].last_checkpointed_ns = T0 - 11 * MIN_NS
     store.models["b"].last_checkpointed_ns = T0 - 5 * MIN_NS

@@ -1,4 +1,5 @@
-"""The predictors' vectors (koordinator-prediction.md §4, §8.5): margin 10 %, cold start 1 h."""
+"""koordlet's predictor test vectors (docs/prediction.md, "Reading a model", "Pod-based predictor",
+"Priority-based predictor" and "Min predictor"): margin 10 %, cold start 1 h."""
 
 from __future__ import annotations
 
@@ -184,7 +185,7 @@ def test_a_pod_twice_is_an_error_and_other_classes_are_ignored() -> None:
 
 
 def test_an_unpredicted_pod_is_hidden_from_the_priority_predictor() -> None:
-    """§9 item 9: minPredictor stops at the first error."""
+    """minPredictor stops at the first error (docs/prediction.md, "Min predictor")."""
     get = lookup({SYS_UID: SYS, class_uid("koord-prod"): PROD}, None)
     mp = MinPredictor(get, PARAMS, NOW)  # type: ignore[arg-type]
     with pytest.raises(PredictError):

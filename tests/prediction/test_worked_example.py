@@ -1,6 +1,6 @@
-"""koordinator-prediction.md §7 end to end, in simulated time: a steady prod pod for 25 hours through the
-report history (the collector's samples), the prediction server's training rounds, the NodeMetric status,
-a checkpoint file and koord-manager's Mid formula — every number to the last digit."""
+"""The worked example (docs/prediction.md, "Behaviour") end to end, in simulated time: a steady prod pod for
+25 hours through the report history (the collector's samples), the prediction server's training rounds, the
+NodeMetric status, a checkpoint file and koord-manager's Mid formula — every number to the last digit."""
 
 from __future__ import annotations
 
@@ -93,8 +93,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 
 
 def test_eight_models_with_the_spec_weights(world: World) -> None:
-    """pod, `__node__`, five classes, sys: 8 (§7 says "9 models"; its own list has 8 — the all-pods sum
-    is not a model, §1.2)."""
+    """pod, `__node__`, five classes, sys: 8 (a description of koordlet that counts 9 is wrong; its own list
+    has 8 — the all-pods sum is not a model: docs/prediction.md, "Behaviour" and "Models")."""
     store = world.server.store
     assert sorted(store.models) == sorted([UID, NODE_UID, SYS_UID, *CLASS_UIDS])
     pod = store.models[UID]

@@ -1,4 +1,5 @@
-"""Proxy request → hook context and ProxyDone merge (runtime-hooks.md §2.1–2.3): pure conversions."""
+"""Proxy request → hook context and ProxyDone merge (docs/behaviour-runtime-hooks.md, "Resources and
+conversions", "Pod and container contexts" and "Proxy mode"): pure conversions."""
 
 from __future__ import annotations
 
@@ -175,7 +176,8 @@ def test_container_response_merges_resources_and_envs() -> None:
     ctx.response.resources = Resources(cpuset="", cfs_quota=-1)
     ctx.response.add_envs["HAMI"] = "1"
     resp = container_response(req, ctx)
-    assert resp.container_resources.cpuset_cpus == ""  # project decision §8.3: propagated
+    # propagated (docs/behaviour-runtime-hooks.md, "Empty cpuset")
+    assert resp.container_resources.cpuset_cpus == ""
     assert resp.container_resources.cpu_quota == -1
     assert dict(resp.container_envs) == {"A": "1", "HAMI": "1"}
     assert dict(resp.container_annotations) == {"a": "b"}

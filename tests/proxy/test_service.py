@@ -84,7 +84,8 @@ async def test_be_create_container_hook_returns_container_resources(env: AgentEn
     assert resp is not None
     res = resp.container_resources
     assert (res.cpu_quota, res.cpu_shares, res.memory_limit_in_bytes) == (200000, 1536, 4 * GI)
-    # project decision §8.3: the empty cpuset of a BestEffort container replaces the kubelet's one
+    # the empty cpuset of a BestEffort container replaces the kubelet's one (docs/behaviour-runtime-hooks.md,
+    # "Empty cpuset")
     assert res.cpuset_cpus == ""
     assert res.oom_score_adj == 1000  # untouched fields stay as the kubelet sent them
     assert dict(resp.container_envs) == {"A": "1"}
@@ -161,7 +162,7 @@ async def test_hook_error_under_failure_policy(policy: str, short_dir: Path) -> 
             with pytest.raises(GRPCError) as err:
                 await env.stub.PreRunPodSandboxHook(pod_request(pod))
             assert err.value.status is Status.UNKNOWN
-            # project decision §8.8: a failed stage writes nothing
+            # a failed stage writes nothing (docs/behaviour-runtime-hooks.md, "Fail policy writes nothing")
             assert env.cpu(pod_dir, "cpu.cfs_quota_us") == before == "-1"
 
 

@@ -112,4 +112,5 @@ async def test_a_hostile_cpu_normalization_ratio_leaves_batch_cpu_unscaled(
     assert "node.koordinator.sh/cpu-normalization-ratio" in b.bus.state.node.problems
     stored = fake.get("nodes", NODE)
     assert stored is not None
-    assert stored["status"]["allocatable"]["kubernetes.io/batch-cpu"] == "3600"  # the §5.4 value, unscaled
+    # the batch worked example's value (docs/reporting.md, "Batch formula"), unscaled
+    assert stored["status"]["allocatable"]["kubernetes.io/batch-cpu"] == "3600"

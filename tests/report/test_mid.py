@@ -1,4 +1,4 @@
-"""koord-manager's Mid formula (koordinator-prediction.md §6, §8.7): the upstream plugin's test vectors.
+"""koord-manager's Mid formula (docs/prediction.md, "Mid formula"): the upstream plugin's test vectors.
 
 Test node: capacity 100 cores / 210G, allocatable 100 / 200G (kubelet reserved 0 / 10G); pods: prod LS
 20 cores / 40G and batch BE 15 / 30G, both Running."""

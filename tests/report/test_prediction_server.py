@@ -1,5 +1,6 @@
 """The prediction server: values survive a restart at once through the checkpoints; corrupt, foreign and
-stale files; a missing directory; the byte bound; GC; the component's start (koordinator-prediction.md §3)."""
+stale files; a missing directory; the byte bound; GC; the component's start (docs/prediction.md,
+"Checkpoints", "Restore" and "Expiry")."""
 
 from __future__ import annotations
 

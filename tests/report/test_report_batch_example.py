@@ -1,4 +1,5 @@
-"""koordinator-reporting.md §5.4: the agent's report for the worked load, through the manager's formula."""
+"""The batch worked example (docs/reporting.md, "Batch formula"): the agent's report for the worked load,
+through the manager's formula."""
 
 from __future__ import annotations
 

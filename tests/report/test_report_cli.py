@@ -104,8 +104,9 @@ async def test_cluster_mode_reads_the_cluster_and_writes_nothing(tmp_path: Path)
 
 
 def write_checkpoints(directory: Path, pod_uid: str) -> None:
-    """Checkpoint files of 100 minutes of the §7 example (a steady prod pod of 1 core / 2 GiB, the system
-    0.3 core / 1 GiB), as the agent would have left them: `report --once` must predict from them at once."""
+    """Checkpoint files of 100 minutes of the worked example (docs/prediction.md, "Behaviour") (a steady prod
+    pod of 1 core / 2 GiB, the system 0.3 core / 1 GiB), as the agent would have left them: `report --once`
+    must predict from them at once."""
     from koordqos.prediction.checkpoint import encode
     from koordqos.prediction.model import ModelStore, PodUsage, RoundSamples, train
 
@@ -120,8 +121,8 @@ def write_checkpoints(directory: Path, pod_uid: str) -> None:
 
 
 async def test_cluster_mode_predicts_from_the_checkpoints(tmp_path: Path) -> None:
-    """The §7 predictions from checkpoint files; numaUsages per NUMA node; the Mid values in standalone
-    mode; the checkpoint directory left as it was."""
+    """The worked example's predictions from checkpoint files; numaUsages per NUMA node; the Mid values in
+    standalone mode; the checkpoint directory left as it was."""
     fake = FakeAPIServer()
     await fake.start()
     try:

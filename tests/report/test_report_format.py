@@ -1,4 +1,5 @@
-"""Wire formats and window statistics of the report (koordinator-reporting.md §1.3, PD-7)."""
+"""Wire formats and window statistics of the report (docs/reporting.md, "Quantities", "Status fields" and
+"Percentile index")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""ReportHistory: bounded rings, stride averaging, per-tick system usage (koordinator-reporting.md §1.5)."""
+"""ReportHistory: bounded rings, stride averaging, per-tick system usage (docs/reporting.md, "System usage per
+tick")."""
 
 from __future__ import annotations
 

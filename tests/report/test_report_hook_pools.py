@@ -1,5 +1,6 @@
-"""The CPUSetAllocator takes its share pools from the agent's NRT computation (the §2.9 node), not from Node
-annotations; composed by the agent in local mode (no cluster: the NRT is computed locally only, N6)."""
+"""The CPUSetAllocator takes its share pools from the agent's NRT computation (the NRT worked example's node,
+docs/reporting.md, "Share pools and reserved CPUs"), not from Node annotations; composed by the agent in local
+mode (no cluster: the NRT is computed locally only, N6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The NodeMetric status planner: fields, windows, cold start, PD-6 (koordinator-reporting.md §1.3–§1.8)."""
+"""The NodeMetric status planner: fields, windows, cold start, no status over an empty window
+(docs/reporting.md, "Status fields", "System usage per tick", "Missing data" and "No status over an empty
+window")."""
 
 from __future__ import annotations
 
@@ -73,8 +75,10 @@ def test_full_status_has_every_required_field() -> None:
             "qos": "LS",
         }
     ]
-    assert "prodReclaimableMetric" not in status  # PD-1
-    assert "numaUsages" not in nm  # PD-4
+    # without the prediction hook no prediction fields (docs/reporting.md, "Project decisions"); no NUMA
+    # series, no list (docs/prediction.md, "numaUsages")
+    assert "prodReclaimableMetric" not in status
+    assert "numaUsages" not in nm
 
 
 def test_cold_start_entries_present_but_empty() -> None:
@@ -151,7 +155,7 @@ def test_page_cache_policy_switches_node_and_pods_at_once() -> None:
     # system usage keeps the without-page-cache definition
     assert _res(status["nodeMetric"]["systemUsage"])[1] == 4 * GiB - (100 << 20)
     hot = parse_collect_policy({"metricCollectPolicy": {"nodeMemoryCollectPolicy": "usageWithHotPageCache"}})
-    assert not hot.with_page_cache  # PD-3
+    assert not hot.with_page_cache  # docs/reporting.md, "Memory policy fallback"
 
 
 def test_same_report_ignores_update_time() -> None:

@@ -1,5 +1,5 @@
-"""The NRT planner: the worked example of koordinator-reporting.md §2.9 from a synthetic sysfs, merging with
-what the manager adds, change detection, pools and kubelet allocations."""
+"""The NRT planner: the NRT worked example (docs/reporting.md, "Share pools and reserved CPUs") from a
+synthetic sysfs, merging with what the manager adds, change detection, pools and kubelet allocations."""
 
 from __future__ import annotations
 

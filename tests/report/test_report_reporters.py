@@ -1,6 +1,8 @@
-"""The reporter components against the fake API server: NodeMetric rounds (spec, PD-6, conflicts, missing
-object), NRT create/update/resync with the manager's additions kept, and the standalone batch capacity of the
-§5.4 worked example patched onto the Node (plus refusal and degrade)."""
+"""The reporter components against the fake API server: NodeMetric rounds (spec, no status over an empty
+window, conflicts, missing object), NRT create/update/resync with the manager's additions kept, and the
+standalone batch capacity of the batch worked example patched onto the Node (plus refusal and degrade;
+docs/reporting.md, "No status over an empty window", "Batch formula" and "Standalone batch and Mid
+capacity")."""
 
 from __future__ import annotations
 
@@ -214,7 +216,8 @@ async def test_runtime_events_alone_do_not_rescan_the_pods(client: KubeClient) -
 
 
 def nrt_reporter(tmp_path: Path, client: KubeClient | None, pools: list[SharePools]) -> TopologyReporter:
-    """A reporter on the §2.9 node; every NRT result handed to local users lands in `pools`."""
+    """A reporter on the NRT worked example's node (docs/reporting.md, "Share pools and reserved CPUs"); every
+    NRT result handed to local users lands in `pools`."""
     sys_root, proc_root = example_node(tmp_path)
     node = parse_node(
         make_node(NODE, annotations={"node.koordinator.sh/reservation": '{"reservedCPUs":"0"}'})

@@ -1,5 +1,6 @@
 """Standalone mode (`--batch-resource-source=agent`) sets the Mid tier with koord-manager's formula from the
-agent's own prodReclaimableMetric (koordinator-prediction.md §6, §7): against the fake API server."""
+agent's own prodReclaimableMetric (docs/prediction.md, "Mid formula" and "Standalone mode"): against the fake
+API server."""
 
 from __future__ import annotations
 

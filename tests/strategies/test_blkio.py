@@ -1,4 +1,5 @@
-"""BlkioReconcile planner and local-storage discovery: the derived example of qos-manager.md §2.7."""
+"""BlkioReconcile planner and local-storage discovery: the derived example (docs/reconcile.md, "Blkio" and
+"Test coverage")."""
 
 from __future__ import annotations
 

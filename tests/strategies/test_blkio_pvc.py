@@ -1,7 +1,7 @@
-"""blkio for a pod volume that is a PersistentVolumeClaim (qos-manager.md §2.7): the PVC watch (a reflector
-on the fake API server) binds the claim to its volume, and the BlkioReconcile round throttles the pod's
-dir for the disk under that volume's kubelet mount. Before the watch such pods were skipped ("claim is not
-bound to a known volume")."""
+"""blkio for a pod volume that is a PersistentVolumeClaim (docs/reconcile.md, "Blkio"): the PVC watch (a
+reflector on the fake API server) binds the claim to its volume, and the BlkioReconcile round throttles the
+pod's dir for the disk under that volume's kubelet mount. Before the watch such pods were skipped ("claim is
+not bound to a known volume")."""
 
 from __future__ import annotations
 

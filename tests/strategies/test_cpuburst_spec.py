@@ -1,4 +1,4 @@
-"""The numbered test cases of qos-manager.md §2.4 (CPUBurst)."""
+"""koordlet's numbered CPUBurst test cases (docs/behaviour-qos-manager.md, "CPU burst")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""CPU evict: spec §2.2 test cases 1–10 (same inputs, same outputs)."""
+"""CPU evict: koordlet's test cases 1–10 (same inputs, same outputs; docs/behaviour-qos-manager.md,
+"CPU evict")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""CPU suppress: spec §2.1 test cases 1–15 (same inputs, same outputs)."""
+"""CPU suppress: koordlet's test cases 1–15 (same inputs, same outputs; docs/behaviour-qos-manager.md,
+"CPU suppress")."""
 
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def test_case4_unknown_pod_counts_as_non_be() -> None:
 
 
 def test_usage_split_spec_examples() -> None:
-    # §1.8 (a), (b), (c)
+    # koordlet's three usage-split examples (docs/behaviour-qos-manager.md, "Usage split")
     assert calculate_filter_pods_used(10, 0, {}, {}, [], {}, non_be_pod, bool, str) == (0, 0, 10)
     pods = {"ls": ls_pod(), "be": be_pod()}
     apps = [HostApp("ls-app", True), HostApp("be-app", False)]

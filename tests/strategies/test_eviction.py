@@ -1,4 +1,5 @@
-"""Eviction mechanics: spec §3.3 test cases (release accounting, pending release, helpers)."""
+"""Eviction mechanics: koordlet's test cases (release accounting, pending release, helpers;
+docs/behaviour-qos-manager.md, "Eviction")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Memory evict: spec §2.3 test cases 1–8 (same inputs, same outputs)."""
+"""Memory evict: koordlet's test cases 1–8 (same inputs, same outputs; docs/behaviour-qos-manager.md,
+"Memory evict")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CgroupReconcile (memory QoS) planner: every case of qos-manager.md §2.5."""
+"""CgroupReconcile (memory QoS) planner: every koordlet case (docs/reconcile.md, "Memory QoS")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""ResctrlReconcile planner and resctrl math: every case of qos-manager.md §2.6 and runtime-hooks.md §3.8."""
+"""ResctrlReconcile planner and resctrl math: every koordlet case (docs/reconcile.md, "Resctrl";
+docs/behaviour-runtime-hooks.md, "Resctrl hook")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SystemConfigReconcile planner: every case of qos-manager.md §2.8."""
+"""SystemConfigReconcile planner: every koordlet case (docs/reconcile.md, "System config")."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _writes(strategy: SystemStrategy | None, memory: int | None = NODE_512GI, **
 
 
 def test_spec_values_4724464_99_1() -> None:
-    assert min_free_kbytes(NODE_512GI, 100) == 5368709  # the initial file of the spec's fixture
+    assert min_free_kbytes(NODE_512GI, 100) == 5368709  # the initial file of koordlet's fixture
     got = _writes(_strategy(minFreeKbytesFactor=88, watermarkScaleFactor=99, memcgReapBackGround=1))
     assert got == {MIN_FREE_KBYTES: "4724464", WATERMARK_SCALE_FACTOR: "99", REAP_BACKGROUND: "1"}
 

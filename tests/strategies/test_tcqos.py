@@ -1,4 +1,4 @@
-"""TCNetworkQoS planner (runtime-hooks.md §3.9) and the NodeSLO / annotation parsing it rests on."""
+"""TCNetworkQoS planner (docs/network-qos.md, "tc") and the NodeSLO / annotation parsing it rests on."""
 
 from __future__ import annotations
 

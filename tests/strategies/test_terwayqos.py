@@ -1,4 +1,5 @@
-"""TerwayQoS (runtime-hooks.md §3.10): the two files terway reads, their values, and their removal."""
+"""TerwayQoS (docs/network-qos.md, "terway-qos"): the two files terway reads, their values, and their
+removal."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ PATH_KEYS = {"socket_path", "plugin_path", "plugin_config_path"}
 
 def test_the_e2e_config_carries_the_documented_nri_section(tmp_path: Path) -> None:
     doc = doc_nri_section()
-    # what users must get right (deployment.md §3): NRI on, external plugins allowed, both timeouts here
+    # what users must get right (docs/deployment.md, "3. Enabling NRI in the container runtime"): NRI on,
+    # external plugins allowed, both timeouts here
     assert doc["disable"] is False
     assert doc["disable_connections"] is False
     assert doc["socket_path"] == "/var/run/nri/nri.sock"
