@@ -100,7 +100,10 @@ def _summary(result: RunResult, files: dict[str, str]) -> None:
     rounds = result.options.rounds
     print()
     print(f"median over {rounds} rounds (min–max over the rounds)")
-    print(f"{'phase':<30} {'LS p50 ms':>20} {'LS p99 ms':>20} {'BE CPU cores':>18} {'BE quota':>12}")
+    print(
+        f"{'phase':<30} {'LS p50 ms':>20} {'LS p99 ms':>20} {'LS CPU cores':>18} {'BE CPU cores':>18} "
+        f"{'BE quota':>12}"
+    )
     for name, title in (
         ("ls-alone", "LS alone"),
         ("shares-only", "LS + BE, shares only"),
@@ -110,7 +113,7 @@ def _summary(result: RunResult, files: dict[str, str]) -> None:
         q = "unlimited" if ph["quota_median"] is None else f"{ph['quota_median'] / 1e5:.2f} cores"
         print(
             f"{title:<30} {_range(ph['ls_p50_ms']):>20} {_range(ph['ls_p99_ms']):>20} "
-            f"{_range(ph['be_cpu_cores']):>18} {q:>12}"
+            f"{_range(ph['ls_cpu_cores']):>18} {_range(ph['be_cpu_cores']):>18} {q:>12}"
         )
     for key, label in (
         ("shares_only_over_alone", "p99 shares only / alone"),
