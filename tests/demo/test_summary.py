@@ -31,11 +31,16 @@ def fig(
 
 
 def rounds(
-    alone: list[float], shares: list[float], koord: list[float], be: float = 0.9
+    alone: list[float], shares: list[float], koord: list[float], be: float = 0.9, koord_be: float = 0.02
 ) -> list[PhaseFigures]:
     out = []
+    quota = koord_be * 100_000
     for r, (a, s, k) in enumerate(zip(alone, shares, koord, strict=True)):
-        out += [fig("ls-alone", r, a), fig("shares-only", r, s, be), fig("koordqos", r, k, 0.02, quota=2000)]
+        out += [
+            fig("ls-alone", r, a),
+            fig("shares-only", r, s, be),
+            fig("koordqos", r, k, koord_be, quota=quota),
+        ]
     return out
 
 
@@ -73,11 +78,20 @@ def test_goal_met_is_said_with_the_effect() -> None:
     s = summary(rounds([2.0, 2.0, 2.0], [6.0, 5.0, 7.0], [2.2, 2.1, 2.3]))
     assert s["goal"]["met"] is True
     assert s["goal"]["never_worse_than_shares_only"] is True
+    assert s["goal"]["be_suppressed"] is True
     text = " ".join(s["verdict"])
     assert "BE (0.90 cores) slowed LS: p99 3.00× LS alone" in text
     assert "With koordqos: p99 1.10× LS alone (rounds 1.05×–1.15×)" in text
     assert s["verdict"][-1].startswith("Goal met")
     assert "loaded" not in text
+
+
+def test_a_goal_met_without_suppressing_be_is_not_credited_to_koordqos() -> None:
+    s = summary(rounds([2.0, 2.0, 2.0], [4.0, 4.0, 4.0], [2.2, 2.2, 2.2], koord_be=0.7))
+    assert s["goal"]["met"] is True
+    assert s["goal"]["be_suppressed"] is False
+    assert "koordqos left BE 0.70 of its 0.90 cores" in " ".join(s["verdict"])
+    assert s["verdict"][-1] == "Goal met by the numbers (≤ 1.2× LS alone), but not because of koordqos."
 
 
 def test_goal_not_met_gives_the_numbers() -> None:

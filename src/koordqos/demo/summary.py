@@ -5,7 +5,8 @@ CPU BE got. Per round: the p99 ratios koordqos / LS alone, koordqos / shares onl
 alone, then their median and spread. The verdict says in plain sentences what the figures support: BE never
 ran (nothing to protect), BE ran and did not slow LS (nothing to protect either), the machine was too loaded
 or LS alone too unsteady to tell, or the effect, and whether the goal was met: LS p99 with koordqos at most
-`GOAL_RATIO` × LS alone and no worse than with the shares only.
+`GOAL_RATIO` × LS alone and no worse than with the shares only (and whether koordqos suppressed BE at
+all: if the threshold left BE most of its CPU, a difference is not koordqos's doing).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ UNSTEADY_SPREAD = 2.0
 #: a 1-minute load average above this × CPUs: the machine was loaded.
 LOADED_PER_CPU = 1.0
 SUGGESTED_ROOT_SHARES = 262144
+#: koordqos left BE more than this share of its shares-only CPU: it did not suppress BE to speak of.
+SUPPRESSED_SHARE = 0.5
 
 
 def spread(values: Sequence[float | None]) -> dict[str, float | int | None]:
@@ -166,7 +169,15 @@ def _verdict(
     )
     goal["met"] = ko["median"] <= GOAL_RATIO and sh["median"] <= 1.0
     goal["never_worse_than_shares_only"] = sh["max"] <= 1.0
-    if goal["met"]:
+    goal["be_suppressed"] = kq_be <= be * SUPPRESSED_SHARE
+    if not goal["be_suppressed"]:
+        out.append(
+            f"koordqos left BE {kq_be:.2f} of its {be:.2f} cores (the threshold left that much room): a "
+            "difference in LS latency between these phases is not koordqos's doing."
+        )
+    if goal["met"] and not goal["be_suppressed"]:
+        out.append(f"Goal met by the numbers (≤ {GOAL_RATIO:g}× LS alone), but not because of koordqos.")
+    elif goal["met"]:
         out.append(
             f"Goal met: LS p99 with koordqos ≤ {GOAL_RATIO:g}× LS alone and no worse than shares only."
         )
