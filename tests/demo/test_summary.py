@@ -79,6 +79,7 @@ def test_goal_met_is_said_with_the_effect() -> None:
     assert s["goal"]["met"] is True
     assert s["goal"]["never_worse_than_shares_only"] is True
     assert s["goal"]["be_suppressed"] is True
+    assert s["goal"]["attributable"] is True
     text = " ".join(s["verdict"])
     assert "BE (0.90 cores) slowed LS: p99 3.00× LS alone" in text
     assert "With koordqos: p99 1.10× LS alone (rounds 1.05×–1.15×)" in text
@@ -122,6 +123,11 @@ def test_be_that_never_ran_means_nothing_to_protect_and_suggests_root_shares() -
 def test_be_that_ran_without_slowing_ls_is_said_plainly() -> None:
     s = summary(rounds([2.0, 2.0], [2.1, 2.0], [2.0, 2.0]))
     assert any("did not slow LS" in v and "nothing to protect" in v for v in s["verdict"])
+    assert s["goal"]["met"] is True
+    assert s["goal"]["attributable"] is False
+    assert s["verdict"][-1] == (
+        "Goal met by the numbers (≤ 1.2× LS alone), but BE did not slow LS here: it shows no protection."
+    )
 
 
 def test_a_loaded_or_unsteady_machine_is_said_first() -> None:

@@ -175,8 +175,15 @@ def _verdict(
             f"koordqos left BE {kq_be:.2f} of its {be:.2f} cores (the threshold left that much room): a "
             "difference in LS latency between these phases is not koordqos's doing."
         )
+    no_effect = al["median"] is not None and al["median"] <= NO_EFFECT_RATIO
+    goal["attributable"] = goal["be_suppressed"] and not no_effect
     if goal["met"] and not goal["be_suppressed"]:
         out.append(f"Goal met by the numbers (≤ {GOAL_RATIO:g}× LS alone), but not because of koordqos.")
+    elif goal["met"] and no_effect:
+        out.append(
+            f"Goal met by the numbers (≤ {GOAL_RATIO:g}× LS alone), but BE did not slow LS here: it shows "
+            "no protection."
+        )
     elif goal["met"]:
         out.append(
             f"Goal met: LS p99 with koordqos ≤ {GOAL_RATIO:g}× LS alone and no worse than shares only."
