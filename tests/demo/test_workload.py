@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
 import pytest
 
-from koordqos.demo.runner import PHASES, round_order
+from koordqos.demo.runner import PHASES, _stopped, round_order
 from koordqos.demo.workload import (
     BurnArgs,
     ProbeArgs,
@@ -16,6 +20,7 @@ from koordqos.demo.workload import (
     split_cpus,
     work_unit,
 )
+from koordqos.testing.poll import wait_until_sync
 
 
 def test_cpu_lists_parse_and_format_as_the_kernel_writes_them() -> None:
@@ -93,3 +98,17 @@ def test_rounds_rotate_the_phase_order() -> None:
     assert names[2] == ["koordqos", "ls-alone", "shares-only"]
     assert names[3] == names[0]
     assert all(sorted(n) == sorted(p.name for p in PHASES) for n in names)
+
+
+def test_a_frozen_agent_is_recognised_before_the_quota_is_reset() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert not _stopped(proc.pid)
+        proc.send_signal(signal.SIGSTOP)
+        wait_until_sync(lambda: _stopped(proc.pid), 10, 0.01, "the process stopped")
+        proc.send_signal(signal.SIGCONT)
+        wait_until_sync(lambda: not _stopped(proc.pid), 10, 0.01, "the process running again")
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert _stopped(proc.pid)  # gone counts as stopped: nothing of it can write

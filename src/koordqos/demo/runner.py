@@ -33,6 +33,7 @@ from koordqos.testing.mock_nri.runtime import MockRuntime
 STARTING = "agent-starting"
 WARMUP = "agent-warm-up"
 SETTLE = "settle"
+FREEZE_TIMEOUT = 2.0  # how long a SIGSTOPped agent may take to stop
 TICK_SECONDS = 0.05  # synthetic counters advance this often (the agent reads them every --interval)
 
 
@@ -174,7 +175,7 @@ class Runner:
             result.agent_startup_seconds = await self._start_agent(spec)
             self.view.note(f"agent warm-up: {opts.warmup_seconds:g} s, not measured")
             await self._sample_for(WARMUP, opts.warmup_seconds)
-            self._pause_agent()
+            await self._pause_agent()
             for rnd in range(opts.rounds):
                 for phase in round_order(rnd):
                     result.phases.append(await self._phase(phase, rnd))
@@ -209,7 +210,7 @@ class Runner:
         if agent_cpu0 is not None and self.agent is not None:
             agent_cpu = self.agent.cpu_seconds() - agent_cpu0
         if phase.agent:
-            self._pause_agent()
+            await self._pause_agent()
         return self.rec.phase_figures(phase.name, phase.title, start, end, agent_cpu, rnd, load)
 
     async def _set_burners(self, on: bool) -> None:
@@ -219,10 +220,15 @@ class Runner:
             await self.backend.stop_burners()
         self._burners_running = on
 
-    def _pause_agent(self) -> None:
-        """Freeze the agent and put the quota back to what kubelet leaves (unlimited)."""
+    async def _pause_agent(self) -> None:
+        """Freeze the agent and, once it is stopped (no write of its can land after ours), put the quota
+        back to what kubelet leaves (unlimited)."""
         if self.agent is not None:
             self.agent.pause()
+            proc = self.agent.proc
+            deadline = time.monotonic() + FREEZE_TIMEOUT
+            while proc is not None and not _stopped(proc.pid) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
         self._agent_running = False
         self.backend.set_be_quota(-1)
 
@@ -286,3 +292,12 @@ class Runner:
         self.rec.add_latencies(key, self.backend.drain_latencies())
         ls, be, quota = self.backend.read()
         return self.rec.add_point(self.now(), phase, ls, be, quota)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether `pid` is stopped (or gone): /proc/<pid>/stat state T."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X")
