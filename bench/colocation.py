@@ -1,5 +1,9 @@
 """Colocation on the real kernel: LS probe latency alone, next to BE burners, and with CPU suppress.
 
+The workload is the demo's (`koordqos.demo.workload`): by default memory-bound LS probes pinned to their
+own CPU (`--ls-cpus 1`) and BE memory streamers on the others, so that CFS shares cannot help
+(`--probe-mode cpu --be-mode spin --ls-cpus 0` is the CPU-only, unpinned variant).
+
 The demo's experiment (`python -m koordqos demo`) built to survive a noisy machine:
 * a scratch pod tree on the real cgroup hierarchy whose root gets a large cpu.shares (`--root-shares`), so
   the rest of the machine does not starve the probes; the probes, burners, this process and the agents all
@@ -46,7 +50,7 @@ from koordqos.demo.cgtree import CFS_PERIOD, unavailable_reason
 from koordqos.demo.exitguard import ExitGuard, Interrupted
 from koordqos.demo.nripods import demo_pods
 from koordqos.demo.realnode import RealNode
-from koordqos.demo.workload import calibrate
+from koordqos.demo.workload import BurnArgs, ProbeArgs, calibrate, split_cpus
 from koordqos.testing.mock_nri.runtime import MockRuntime
 
 THRESHOLD = 65
@@ -141,7 +145,7 @@ class Bench:
         node, args = self.node, self.args
         burners = phase != "alone"
         if burners:
-            await node.start_burners(args.burners)
+            await node.start_burners(args.burners, args.burn)
         node.set_be_quota(self.hand_set_quota() if phase == "hand-set" else -1)
         agent = self.agents.get(phase)
         if agent is not None:
@@ -187,12 +191,26 @@ class Bench:
 async def run_bench(args: Any, workdir: Path, guard: ExitGuard) -> list[PhaseRun]:
     node = RealNode(workdir, guard, root_shares=args.root_shares)
     node.setup(args.ls_request_milli)
-    print(f"scratch tree {node.tree.name}, {node.cpus} CPUs, cgroup {node.cgroup_version}", flush=True)
-    iterations = await asyncio.to_thread(calibrate, 1.0)
+    ls_cpus, own_cpus = split_cpus(node.cpu_ids, args.ls_cpus)
+    pinned = ls_cpus != own_cpus
+    if pinned:
+        node.pin_demo(own_cpus)  # and so the agents; the probes pin themselves to ls_cpus
+    args.burn = BurnArgs(args.be_mode, args.be_buffer_mib, tuple(own_cpus) if pinned else ())
+    print(
+        f"scratch tree {node.tree.name}, {node.cpus} CPUs (LS on {ls_cpus}, BE on {own_cpus}), "
+        f"cgroup {node.cgroup_version}",
+        flush=True,
+    )
+    iterations = await asyncio.to_thread(
+        calibrate, args.work_ms, args.probe_mode, args.buffer_mib, 15, args.period_ms
+    )
     bench = Bench(node, workdir, args)
     runs: list[PhaseRun] = []
     try:
-        await node.start_probes(args.probes, iterations, 2.5)
+        probe = ProbeArgs(
+            args.probe_mode, iterations, args.period_ms, args.buffer_mib, tuple(ls_cpus) if pinned else ()
+        )
+        await node.start_probes(args.probes, probe)
         await bench.start_agents()
         for rnd in range(args.rounds):
             order = list(PHASES[rnd % len(PHASES) :] + PHASES[: rnd % len(PHASES)])
@@ -284,14 +302,21 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--phase-seconds", type=float, default=12.0)
     p.add_argument("--settle", type=float, default=3.0)
-    p.add_argument("--probes", type=int, default=3)
+    p.add_argument("--probes", type=int, default=2)
+    p.add_argument("--work-ms", type=float, default=1.0)
+    p.add_argument("--period-ms", type=float, default=5.0)
+    p.add_argument("--probe-mode", choices=("memory", "cpu"), default="memory")
+    p.add_argument("--buffer-mib", type=int, default=16)
     p.add_argument("--burners", type=int, default=2)
+    p.add_argument("--be-mode", choices=("stream", "spin"), default="stream")
+    p.add_argument("--be-buffer-mib", type=int, default=64)
+    p.add_argument("--ls-cpus", type=int, default=1, help="CPUs the probes are pinned to (0: no pinning)")
     p.add_argument("--root-shares", type=int, default=262144)
     p.add_argument("--out", type=Path, default=None, help="directory for colocation.json and colocation.png")
     args = p.parse_args()
     if args.quick:
         args.rounds, args.phase_seconds, args.settle = 1, 3.0, 1.0
-    args.ls_request_milli = round(args.probes * 1000 / 2.5)
+    args.ls_request_milli = round(args.probes * args.work_ms / args.period_ms * 1000)
     reason = unavailable_reason()
     if reason:  # not an error for `nox -s bench` on a machine without root: say why and skip
         print(f"colocation benchmark skipped: it needs the real kernel ({reason})")

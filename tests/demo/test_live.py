@@ -11,7 +11,7 @@ from koordqos.demo.live import LiveView, PlainView
 from koordqos.demo.runner import PHASES
 from koordqos.demo.sampler import DecisionRow, Point
 
-POINT = Point(12.5, "be-agent", 1.21, 0.02, 2000, 1.25, 4.5)
+POINT = Point(12.5, "koordqos", 1.21, 0.02, 2000, 1.25, 4.5)
 DECISION = DecisionRow(
     11.0, "write", "kubepods/besteffort/cpu.cfs_quota_us", "-1", "2000", "AdjustBEByNodeCPUUsage"
 )
@@ -27,7 +27,7 @@ def test_live_view_shows_phase_figures_and_decisions() -> None:
     view.close()
     text = out.getvalue()
     assert "phase 3/3" in text
-    assert "LS + BE, agent on" in text
+    assert "LS + BE, koordqos" in text
     assert "1.25 ms" in text
     assert "4.50 ms" in text
     assert "2000 µs (0.02 cores)" in text

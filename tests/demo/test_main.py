@@ -22,7 +22,8 @@ from koordqos.testing.poll import wait_until_sync
 from koordqos.testing.scratchcg import REAL_SUBSYSTEMS
 
 pytestmark = pytest.mark.e2e
-PHASE_NAMES = ["ls-alone", "be-no-agent", "be-agent"]
+PHASE_NAMES = ["ls-alone", "shares-only", "koordqos"]  # round 1's order
+SHORT = ["--rounds", "1", "--settle-seconds", "1", "--warmup-seconds", "1"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 REAL_DEMO_LOCK = Path("/tmp/koordqos-real-demo-tests.lock")
 
@@ -74,39 +75,46 @@ def check_common(report: dict[str, Any], out: Path) -> dict[str, dict[str, Any]]
     writes = [d for d in report["decisions"] if d["action"] == "write" and "cfs_quota_us" in d["target"]]
     assert writes, "the agent made no quota decision"
     assert writes[0]["old"] == "-1"
-    assert all(d["t"] >= phases["ls-alone"]["end"] for d in report["decisions"])  # only with the agent
-    assert phases["be-agent"]["quota_writes"] >= 1
-    assert phases["be-agent"]["quota_median"] >= 2000
-    assert phases["ls-alone"]["quota_median"] == -1
-    assert phases["be-no-agent"]["quota_median"] == -1
-    assert phases["be-agent"]["agent_cpu_cores"] is not None
-    assert phases["be-no-agent"]["agent_cpu_cores"] is None
+    # the agent started, warmed up and was frozen before anything was measured
+    starts = [p["t"] for p in report["points"] if p["phase"] in ("agent-starting", "agent-warm-up")]
+    assert starts
+    assert max(starts) < phases["ls-alone"]["start"]
+    # resumed for its phase, it set the quota again (in the unmeasured settling before it)
+    assert any(d["t"] > phases["shares-only"]["end"] for d in writes)
+    assert phases["koordqos"]["quota_median"] >= 2000
+    assert phases["ls-alone"]["quota_median"] == -1  # put back to unlimited outside the koordqos phase
+    assert phases["shares-only"]["quota_median"] == -1
+    assert phases["koordqos"]["agent_cpu_cores"] is not None
+    assert phases["shares-only"]["agent_cpu_cores"] is None
     assert phases["ls-alone"]["be_cpu_cores"] < 0.05
-    assert {p["phase"] for p in report["points"]} >= set(PHASE_NAMES)
+    assert {p["phase"] for p in report["points"]} >= set(PHASE_NAMES) | {"settle", "agent-warm-up"}
     assert (out / "koordqos-demo.png").read_bytes()[:8] == PNG_MAGIC
     assert report["files"]["png"] == str(out / "koordqos-demo.png")
+    assert report["summary"]["verdict"]
     return phases
 
 
 def test_synthetic_demo_reports_the_agents_decisions(tmp_path: Path) -> None:
     out = tmp_path / "report"
-    rc, stdout, stderr = demo(out, "--synthetic", "--phase-seconds", "5", "--interval", "0.5")
+    flags = ["--synthetic", "--phase-seconds", "5", "--interval", "0.5", "--threshold", "40", *SHORT]
+    rc, stdout, stderr = demo(out, *flags)
     assert rc == 0, stderr
     report = load_report(out)
     assert report["mode"] == "synthetic"
     phases = check_common(report, out)
     # no latency in a simulation
     assert all(p["ls_p99_ms"] is None and p["latency_samples"] == 0 for p in phases.values())
-    # LS 3 probes × 1/2.5 = 1.2 cores; BE 2 burners take 2 cores without the agent
-    assert phases["ls-alone"]["ls_cpu_cores"] == pytest.approx(1.2, abs=0.1)
-    assert phases["be-no-agent"]["be_cpu_cores"] == pytest.approx(2.0, abs=0.15)
-    # 4 CPUs × 65 % − 1.2 LS − 0.1 system = 1.3 cores for BE, reached in 10 %-of-capacity steps
-    assert phases["be-agent"]["be_cpu_cores"] < phases["be-no-agent"]["be_cpu_cores"] - 0.3
-    quotas = [p["quota"] for p in report["points"] if p["phase"] == "be-agent"]
+    # LS 2 probes × 1/5 = 0.4 cores; BE 2 burners take 2 cores with the shares only
+    assert phases["ls-alone"]["ls_cpu_cores"] == pytest.approx(0.4, abs=0.1)
+    assert phases["shares-only"]["be_cpu_cores"] == pytest.approx(2.0, abs=0.15)
+    # 4 CPUs × 40 % − 0.4 LS − 0.1 system = 1.1 cores for BE
+    assert phases["koordqos"]["be_cpu_cores"] < phases["shares-only"]["be_cpu_cores"] - 0.5
+    quotas = [p["quota"] for p in report["points"] if p["phase"] == "koordqos"]
     settled = sorted(quotas[len(quotas) // 2 :])[len(quotas[len(quotas) // 2 :]) // 2]  # median, 2nd half
-    assert 100_000 <= settled <= 170_000, quotas  # ≈ 130000, read through the simulation's jitter
+    assert 80_000 <= settled <= 140_000, quotas  # ≈ 110000, read through the simulation's jitter
+    assert any(v.startswith("Synthetic node") for v in report["summary"]["verdict"])
     assert report["scratch"]["removed"] is None
-    assert "LS + BE, agent on" in stdout
+    assert "LS + BE, koordqos" in stdout
 
 
 @pytest.fixture
@@ -139,6 +147,7 @@ def test_real_kernel_demo_measures_latency_and_removes_its_cgroups(tmp_path: Pat
         "262144",
         "--sample-interval",
         "0.5",
+        *SHORT,
     ]
     rc, stdout, stderr = demo(out, *flags)
     assert rc == 0, stderr
@@ -146,11 +155,15 @@ def test_real_kernel_demo_measures_latency_and_removes_its_cgroups(tmp_path: Pat
     assert report["mode"] == "real"
     phases = check_common(report, out)
     for p in phases.values():
-        assert p["latency_samples"] > 100
+        assert p["latency_samples"] > 50
         # a slot is at least the work it does (calibrated on this machine; 1 ms nominal)
         assert p["ls_p50_ms"] > 0.3
         assert p["ls_p99_ms"] >= p["ls_p50_ms"]
-    assert phases["be-no-agent"]["be_cpu_cores"] > 0.05  # the burners ran
+    assert phases["shares-only"]["be_cpu_cores"] > 0.05  # the streamers ran
+    assert report["machine"]["ls_cpus"]
+    assert report["machine"]["be_cpus"]
+    if report["machine"]["cpus"] > 1:  # the probes on their own CPU(s), BE and the demo on the others
+        assert not set(report["machine"]["ls_cpus"]) & set(report["machine"]["be_cpus"])
     name = report["scratch"]["name"]
     assert name.startswith("koordqos-demo-")
     assert report["scratch"]["removed"] is True
@@ -218,7 +231,9 @@ def test_a_killed_demos_cgroups_are_removed_at_the_next_demo_start(tmp_path: Pat
     proc, name = _start_real_demo(tmp_path / "killed", before)
     proc.kill()  # SIGKILL: no handler, no atexit, nothing of the demo cleans up
     proc.communicate(timeout=30)
-    killed_workdirs = set(Path("/tmp").glob("kqdemo-*")) - workdirs
+    # its work directory: a real-kernel demo's (mount points under cgroup/), not that of a synthetic demo
+    # another worker started meanwhile (node/), which must be left alone
+    killed_workdirs = {w for w in set(Path("/tmp").glob("kqdemo-*")) - workdirs if (w / "cgroup").is_dir()}
     assert name in scratch_dirs()
     assert name.startswith(f"koordqos-demo-{proc.pid}-")  # the tree names its owner
     try:
@@ -257,5 +272,5 @@ def test_a_failing_agent_ends_the_demo_with_an_error_and_no_cgroups_left(tmp_pat
     report = load_report(tmp_path)
     assert "the agent exited with 2" in report["error"]
     assert report["scratch"]["removed"] is True
-    assert [p["name"] for p in report["phases"]] == ["ls-alone", "be-no-agent"]  # up to the failure
+    assert report["phases"] == []  # the agent starts before anything is measured
     assert not left_behind(before)

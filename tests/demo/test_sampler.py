@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from koordqos.demo.sampler import DecisionRow, Recorder, percentile
+from koordqos.demo.sampler import DecisionRow, Recorder, percentile, window_key
 
 
 def test_percentile_by_nearest_rank() -> None:
@@ -18,7 +18,7 @@ def test_percentile_by_nearest_rank() -> None:
 def test_recorder_turns_counters_into_rates_and_phase_figures() -> None:
     rec = Recorder()
     assert rec.add_point(0.0, "a", 0.0, 0.0, -1) is None  # the first reading only sets the base
-    rec.add_latencies("a", [1000, 2000, 3000])
+    rec.add_latencies(window_key("a", 0), [1000, 2000, 3000])
     p = rec.add_point(1.0, "a", 1.2, 0.5, -1)
     assert p is not None
     assert (p.ls_cpu, p.be_cpu) == pytest.approx((1.2, 0.5))
@@ -36,3 +36,6 @@ def test_recorder_turns_counters_into_rates_and_phase_figures() -> None:
     a = rec.phase_figures("a", "A", 0.0, 1.0)
     assert a.ls_p99_ms == 3.0
     assert a.agent_cpu_cores is None
+    assert rec.phase_figures("a", "A", 0.0, 1.0, rnd=1).latency_samples == 0  # another round's window
+    rec.add_latencies("", [9000])  # outside any measured window: the next point's percentiles only
+    assert rec.latencies.keys() == {window_key("a", 0)}

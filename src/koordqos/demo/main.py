@@ -12,13 +12,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from koordqos.demo.cgtree import unavailable_reason
 from koordqos.demo.exitguard import ExitGuard, Interrupted
 from koordqos.demo.live import make_view
 from koordqos.demo.options import DemoOptions
 from koordqos.demo.realnode import RealNode
-from koordqos.demo.report import write_chart, write_json
+from koordqos.demo.report import run_summary, write_chart, write_json
 from koordqos.demo.runner import Backend, Runner, RunResult
 from koordqos.demo.synthetic import SyntheticBackend
 
@@ -88,16 +89,43 @@ def _keep_log(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
+def _range(s: dict[str, Any], unit: str = "") -> str:
+    if s["median"] is None:
+        return "—"
+    return f"{s['median']:.2f}{unit} ({s['min']:.2f}–{s['max']:.2f})"
+
+
 def _summary(result: RunResult, files: dict[str, str]) -> None:
+    summary = run_summary(result)
+    rounds = result.options.rounds
     print()
-    print(f"{'phase':<20} {'LS p50':>9} {'LS p99':>9} {'LS CPU':>7} {'BE CPU':>7} {'quota (median)':>15}")
-    for p in result.phases:
-        p50 = "—" if p.ls_p50_ms is None else f"{p.ls_p50_ms:.2f} ms"
-        p99 = "—" if p.ls_p99_ms is None else f"{p.ls_p99_ms:.2f} ms"
-        q = "unlimited" if p.quota_median is None or p.quota_median < 0 else f"{p.quota_median:.0f} µs"
-        print(f"{p.title:<20} {p50:>9} {p99:>9} {p.ls_cpu_cores:>7.2f} {p.be_cpu_cores:>7.2f} {q:>15}")
-    load = " ".join(f"{v:.2f}" for v in result.loadavg_start)
-    print(f"load average at start: {load}; decisions: {len(result.recorder.decisions)}")
+    print(f"median over {rounds} rounds (min–max over the rounds)")
+    print(
+        f"{'phase':<30} {'LS p50 ms':>20} {'LS p99 ms':>20} {'LS CPU cores':>18} {'BE CPU cores':>18} "
+        f"{'BE quota':>12}"
+    )
+    for name, title in (
+        ("ls-alone", "LS alone"),
+        ("shares-only", "LS + BE, shares only"),
+        ("koordqos", "LS + BE, koordqos"),
+    ):
+        ph = summary["phases"][name]
+        q = "unlimited" if ph["quota_median"] is None else f"{ph['quota_median'] / 1e5:.2f} cores"
+        print(
+            f"{title:<30} {_range(ph['ls_p50_ms']):>20} {_range(ph['ls_p99_ms']):>20} "
+            f"{_range(ph['ls_cpu_cores']):>18} {_range(ph['be_cpu_cores']):>18} {q:>12}"
+        )
+    for key, label in (
+        ("shares_only_over_alone", "p99 shares only / alone"),
+        ("koordqos_over_alone", "p99 koordqos / alone"),
+        ("koordqos_over_shares_only", "p99 koordqos / shares only"),
+    ):
+        per = summary["ratios_per_round"][key]
+        print(f"{label:<30} {_range(summary['ratios'][key], '×'):>20}  per round {per}")
+    start, end = (" ".join(f"{v:.2f}" for v in la) for la in (result.loadavg_start, result.loadavg_end))
+    print(f"load average at start: {start}; at end: {end}; decisions: {len(result.recorder.decisions)}")
+    for sentence in summary["verdict"]:
+        print(sentence)
     if result.scratch_removed is not None:
         print(
             f"scratch cgroups {result.scratch_name}: {'removed' if result.scratch_removed else 'LEFT BEHIND'}"

@@ -6,19 +6,29 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from koordqos.demo.workload import BURN_MODES, PROBE_MODES
+
 
 @dataclass(frozen=True)
 class DemoOptions:
     """Everything a demo run is configured by."""
 
     synthetic: bool = False
-    phase_seconds: float = 20.0
+    phase_seconds: float = 8.0  # measured, per phase and round
+    settle_seconds: float = 3.0  # before each measured phase: not measured (burner start, agent resume)
+    warmup_seconds: float = 5.0  # the agent's first seconds after it is ready: not measured
+    rounds: int = 3  # every round runs each phase once, in an order rotated by one each round
     interval: float = 1.0  # the agent's collect and CPU-suppress interval
     sample_interval: float = 0.25
-    probes: int = 3
+    probes: int = 2
     burners: int = 2
     work_ms: float = 1.0
-    period_ms: float = 2.5
+    period_ms: float = 5.0
+    probe_mode: str = "memory"
+    buffer_mib: int = 16
+    be_mode: str = "stream"
+    be_buffer_mib: int = 64
+    ls_cpus: int = 1  # CPUs the LS probes are pinned to; BE and the demo get the others (0: no pinning)
     threshold_percent: int = 65
     synthetic_cpus: int = 4
     root_shares: int | None = None
@@ -37,6 +47,20 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
 
@@ -59,6 +83,19 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         "--phase-seconds", type=_positive_float, default=d.phase_seconds, help="length of each phase"
     )
     p.add_argument(
+        "--settle-seconds",
+        type=_non_negative_float,
+        default=d.settle_seconds,
+        help="unmeasured seconds before each phase (BE starting, the agent resuming)",
+    )
+    p.add_argument(
+        "--warmup-seconds",
+        type=_non_negative_float,
+        default=d.warmup_seconds,
+        help="the agent's unmeasured first seconds after it is ready",
+    )
+    p.add_argument("--rounds", type=_positive_int, default=d.rounds, help="rounds of the three phases")
+    p.add_argument(
         "--interval",
         type=_positive_float,
         default=d.interval,
@@ -69,8 +106,30 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--probes", type=_positive_int, default=d.probes, help="LS probe processes")
     p.add_argument("--burners", type=_positive_int, default=d.burners, help="BE burner processes")
-    p.add_argument("--work-ms", type=_positive_float, default=d.work_ms, help="CPU work per probe slot")
+    p.add_argument("--work-ms", type=_positive_float, default=d.work_ms, help="work per probe slot")
     p.add_argument("--period-ms", type=_positive_float, default=d.period_ms, help="probe slot length")
+    p.add_argument(
+        "--probe-mode",
+        choices=PROBE_MODES,
+        default=d.probe_mode,
+        help="memory: random reads over a buffer bigger than L2; cpu: a loop in the core's own caches",
+    )
+    p.add_argument("--buffer-mib", type=_positive_int, default=d.buffer_mib, help="the memory probe's buffer")
+    p.add_argument(
+        "--be-mode",
+        choices=BURN_MODES,
+        default=d.be_mode,
+        help="stream: copy a large buffer (memory bandwidth, shared cache); spin: CPU only",
+    )
+    p.add_argument(
+        "--be-buffer-mib", type=_positive_int, default=d.be_buffer_mib, help="the BE streamers' buffer"
+    )
+    p.add_argument(
+        "--ls-cpus",
+        type=_non_negative_int,
+        default=d.ls_cpus,
+        help="CPUs the LS probes are pinned to; BE runs on the others (0: no pinning)",
+    )
     p.add_argument(
         "--threshold", type=_positive_int, default=d.threshold_percent, help="cpuSuppressThresholdPercent"
     )
@@ -81,7 +140,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         "--root-shares",
         type=_positive_int,
         default=None,
-        help="cpu.shares of the scratch tree's root (default: the kernel's 1024)",
+        help="cpu.shares of the scratch tree's root (default: the kernel's 1024); a large one (262144) keeps "
+        "the rest of a busy machine from starving the demo's pods",
     )
     p.add_argument("--out", type=Path, default=d.out, help="directory for the report (JSON and PNG)")
     p.add_argument("--no-live", action="store_true", help="print plain lines instead of the live view")
@@ -99,12 +159,20 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
     return DemoOptions(
         synthetic=args.synthetic,
         phase_seconds=args.phase_seconds,
+        settle_seconds=args.settle_seconds,
+        warmup_seconds=args.warmup_seconds,
+        rounds=args.rounds,
         interval=args.interval,
         sample_interval=args.sample_interval,
         probes=args.probes,
         burners=args.burners,
         work_ms=args.work_ms,
         period_ms=args.period_ms,
+        probe_mode=args.probe_mode,
+        buffer_mib=args.buffer_mib,
+        be_mode=args.be_mode,
+        be_buffer_mib=args.be_buffer_mib,
+        ls_cpus=args.ls_cpus,
         threshold_percent=args.threshold,
         synthetic_cpus=args.synthetic_cpus,
         root_shares=args.root_shares,

@@ -20,6 +20,7 @@ from koordqos.cgroups.resources import CgroupVersion
 from koordqos.demo.agentproc import AgentSpec
 from koordqos.demo.cgtree import PodTree, detect_version, sweep_stale
 from koordqos.demo.exitguard import ExitGuard
+from koordqos.demo.workload import BurnArgs, ProbeArgs
 
 
 class RealNode:
@@ -33,7 +34,8 @@ class RealNode:
         self.root_shares = root_shares
         version = detect_version()
         self.tree = PodTree(version=version or CgroupVersion.V1)
-        self.cpus = len(os.sched_getaffinity(0))
+        self.cpu_ids = sorted(os.sched_getaffinity(0))
+        self.cpus = len(self.cpu_ids)
         self._probes: list[asyncio.subprocess.Process] = []
         self._burners: list[asyncio.subprocess.Process] = []
         self._readers: list[asyncio.Task[None]] = []
@@ -56,6 +58,12 @@ class RealNode:
         for name in self.tree.mount_sources():
             (self.workdir / "cgroup" / name).mkdir(parents=True, exist_ok=True)
 
+    def pin_demo(self, cpus: list[int]) -> None:
+        """Pin this process (and so what it starts: the agent) to `cpus`; undone by the exit guard."""
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, cpus)
+        self.guard.push("unpin the demo", lambda: os.sched_setaffinity(0, before))
+
     async def _spawn(self, rel: str, *args: str) -> asyncio.subprocess.Process:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -70,17 +78,10 @@ class RealNode:
         self.tree.add_process(rel, proc.pid)
         return proc
 
-    async def start_probes(self, count: int, iterations: int, period_ms: float) -> None:
+    async def start_probes(self, count: int, probe: ProbeArgs) -> None:
         """Start the LS probes in the LS container."""
         for _ in range(count):
-            proc = await self._spawn(
-                self.tree.ls_container_dir,
-                "probe",
-                "--iterations",
-                str(iterations),
-                "--period-ms",
-                f"{period_ms}",
-            )
+            proc = await self._spawn(self.tree.ls_container_dir, *probe.argv())
             self._probes.append(proc)
             self._readers.append(asyncio.create_task(self._read(proc)))
 
@@ -95,10 +96,11 @@ class RealNode:
         out, self._samples = self._samples, []
         return out
 
-    async def start_burners(self, count: int) -> None:
-        """Start the BE burners in the BE container."""
+    async def start_burners(self, count: int, burn: BurnArgs | None = None) -> None:
+        """Start the BE processes in the BE container (CPU spinners by default)."""
+        argv = (burn or BurnArgs(mode="spin")).argv()
         for _ in range(count):
-            self._burners.append(await self._spawn(self.tree.be_container_dir, "burn"))
+            self._burners.append(await self._spawn(self.tree.be_container_dir, *argv))
 
     async def stop_burners(self) -> None:
         """Stop the BE burners."""

@@ -24,6 +24,11 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return float(ordered[k])
 
 
+def window_key(phase: str, round: int) -> str:
+    """The latency samples' key of one measured phase of one round."""
+    return f"{phase}#{round}"
+
+
 @dataclass(frozen=True, slots=True)
 class Point:
     """One sampling instant."""
@@ -67,6 +72,8 @@ class PhaseFigures:
     quota_median: float | None  # over the points; -1 = unlimited
     quota_writes: int
     agent_cpu_cores: float | None  # the agent's own CPU over the phase (None: no agent)
+    round: int = 0
+    loadavg1: float | None = None  # the 1-minute load average when the phase began
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -79,14 +86,16 @@ class Recorder:
 
     points: list[Point] = field(default_factory=list)
     decisions: list[DecisionRow] = field(default_factory=list)
-    latencies: dict[str, list[float]] = field(default_factory=dict)  # phase → ms
+    latencies: dict[str, list[float]] = field(default_factory=dict)  # window key → ms
     _last: tuple[float, float, float] | None = None  # (t, ls cpu s, be cpu s)
     _window: list[float] = field(default_factory=list)
 
-    def add_latencies(self, phase: str, samples_us: Sequence[int]) -> None:
-        """Latency samples of `phase` (µs) since the previous point."""
+    def add_latencies(self, key: str, samples_us: Sequence[int]) -> None:
+        """Latency samples (µs) since the previous point, of the measured window `key` (e.g.
+        `window_key(phase, round)`; "" for samples outside any, which only the points' percentiles show)."""
         ms = [s / 1000 for s in samples_us]
-        self.latencies.setdefault(phase, []).extend(ms)
+        if key:
+            self.latencies.setdefault(key, []).extend(ms)
         self._window.extend(ms)
 
     def add_point(self, t: float, phase: str, ls_cpu_s: float, be_cpu_s: float, quota: int) -> Point | None:
@@ -110,11 +119,19 @@ class Recorder:
         self.decisions.append(row)
 
     def phase_figures(
-        self, name: str, title: str, start: float, end: float, agent_cpu_s: float | None = None
+        self,
+        name: str,
+        title: str,
+        start: float,
+        end: float,
+        agent_cpu_s: float | None = None,
+        rnd: int = 0,
+        loadavg1: float | None = None,
     ) -> PhaseFigures:
-        """The figures of the phase `name` that ran from `start` to `end`."""
-        pts = [p for p in self.points if p.phase == name]
-        lat = self.latencies.get(name, [])
+        """The figures of the phase `name` measured from `start` to `end` in round `rnd` (its points are
+        those labelled `name` in that stretch, its latencies those of `window_key(name, rnd)`)."""
+        pts = [p for p in self.points if p.phase == name and start < p.t <= end + 1e-9]
+        lat = self.latencies.get(window_key(name, rnd), [])
         span = max(end - start, 1e-9)
         covered = len(pts)
         writes = [
@@ -137,4 +154,6 @@ class Recorder:
             quota_median=percentile([float(p.quota) for p in pts], 50),
             quota_writes=len([d for d in writes if d.action == "write"]),
             agent_cpu_cores=None if agent_cpu_s is None else agent_cpu_s / span,
+            round=rnd,
+            loadavg1=loadavg1,
         )

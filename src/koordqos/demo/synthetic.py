@@ -14,6 +14,7 @@ from pathlib import Path
 
 from koordqos.demo.agentproc import AgentSpec
 from koordqos.demo.cgtree import BE_CONTAINER, BE_UID, CFS_PERIOD, LS_CONTAINER, LS_UID
+from koordqos.demo.workload import BurnArgs, ProbeArgs
 from koordqos.testing.nodefs import SyntheticNode
 
 SYSTEM_CORES = 0.1
@@ -32,6 +33,7 @@ class SyntheticBackend:
     def __init__(self, workdir: Path, cpus: int, work_ms: float, period_ms: float) -> None:
         self.workdir = workdir
         self.cpus = cpus
+        self.cpu_ids = list(range(cpus))
         self.node = SyntheticNode(workdir / "node", cpus=cpus)
         self.per_probe = work_ms / period_ms
         self.probes = 0
@@ -48,9 +50,12 @@ class SyntheticBackend:
         for rel in (LS_POD, f"{LS_POD}/{LS_CONTAINER}", BE_POD, f"{BE_POD}/{BE_CONTAINER}"):
             self.node.make_cgroup(rel)
 
-    async def start_probes(self, count: int, iterations: int, period_ms: float) -> None:
+    def pin_demo(self, cpus: list[int]) -> None:
+        """Nothing to pin: the simulated pods share the node's CPUs."""
+
+    async def start_probes(self, count: int, probe: ProbeArgs) -> None:
         """Simulate `count` probes from now on."""
-        del iterations, period_ms
+        del probe
         await self.tick()
         self.probes = count
 
@@ -58,8 +63,9 @@ class SyntheticBackend:
         """No latency in a simulation."""
         return []
 
-    async def start_burners(self, count: int) -> None:
-        """Simulate `count` burners from now on."""
+    async def start_burners(self, count: int, burn: BurnArgs | None = None) -> None:
+        """Simulate `count` burners from now on (each wants a core, whatever its mode)."""
+        del burn
         await self.tick()
         self.burners = count
 
