@@ -110,11 +110,12 @@ def e2e_apiserver(session: nox.Session) -> None:
 @nox.session(name="e2e-koordinator", python=PYTHON)
 def e2e_koordinator(session: nox.Session) -> None:
     """koordqos beside the real Koordinator (v1.8.0): koord-manager consuming koordqos's reports and
-    driving it by its NodeSLO, on the real kube-apiserver; koord-manager built with Go from the module proxy
-    once (about 6 minutes cold) and cached under ~/.cache/koordqos-e2e."""
+    driving it by its NodeSLO, and koordlet on a synthetic node, on the real kube-apiserver; both built with
+    Go from the module proxy once (about 6 and 4 minutes cold; koordlet needs libpfm4-dev) and cached under
+    ~/.cache/koordqos-e2e."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "tests.apiserver.build")
-    session.run("python", "-m", "tests.apiserver.koordinator", "koord-manager")
+    session.run("python", "-m", "tests.apiserver.koordinator", "koord-manager", "koordlet")
     session.run(
         "pytest",
         "tests/apiserver",
