@@ -399,6 +399,7 @@ def one_run(cp: ControlPlane, pods: int, warmup: float, window: float, workdir: 
             churn = Churn(setup)
             result["churn"] = measure(setup, pids, window, churn)
             churn.drain()
+            result["kubelet_answers_abandoned"] = setup.kubelet.abandoned
             result["koordlet_log_errors"] = sum(
                 1 for line in koordlet.log.read_text(errors="replace").splitlines() if line.startswith("E")
             )

@@ -37,18 +37,19 @@ DISABLED = {
 }
 
 
-def _pod_list(pods: Iterable[dict[str, Any]]) -> bytes:
-    return json.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": list(pods)}).encode()
+_LIST_HEAD = b'{"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": ['
 
 
 class FakeKubelet:
-    """`GET /pods/` → a PodList of the pods it holds (encoded once per change, not per request)."""
+    """`GET /pods/` → a PodList of the pods it holds (each pod encoded once; the list joined on the first
+    request after a change, so that a change costs no encoding of the whole list)."""
 
     def __init__(self, host: str = "127.0.0.1") -> None:
-        self._pods: dict[str, dict[str, Any]] = {}  # by uid, in insertion order
+        self._pods: dict[str, bytes] = {}  # encoded, by uid, in insertion order
         self._lock = threading.Lock()
-        self._body = _pod_list([])
+        self._body: bytes | None = None
         self.requests = 0
+        self.abandoned = 0  # answers the client hung up on before the end
         kubelet = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,13 +58,19 @@ class FakeKubelet:
                     self.send_error(404)
                     return
                 with kubelet._lock:
+                    if kubelet._body is None:
+                        kubelet._body = _LIST_HEAD + b",".join(kubelet._pods.values()) + b"]}"
                     body = kubelet._body
                     kubelet.requests += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # koordlet gave up (--kubelet-sync-timeout)
+                    with kubelet._lock:
+                        kubelet.abandoned += 1
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -86,18 +93,19 @@ class FakeKubelet:
         self._thread.join(5)
 
     def set_pods(self, pods: Iterable[dict[str, Any]]) -> None:
+        encoded = {p["metadata"]["uid"]: json.dumps(p).encode() for p in pods}
         with self._lock:
-            self._pods = {p["metadata"]["uid"]: p for p in pods}
-            self._body = _pod_list(self._pods.values())
+            self._pods = encoded
+            self._body = None
 
     def update(self, add: Iterable[dict[str, Any]] = (), remove: Iterable[str] = ()) -> None:
         """Add pods and remove pods by uid, in one change of the served list."""
+        encoded = [(p["metadata"]["uid"], json.dumps(p).encode()) for p in add]
         with self._lock:
-            for p in add:
-                self._pods[p["metadata"]["uid"]] = p
+            self._pods.update(encoded)
             for uid in remove:
                 self._pods.pop(uid, None)
-            self._body = _pod_list(self._pods.values())
+            self._body = None
 
     def __len__(self) -> int:
         with self._lock:
