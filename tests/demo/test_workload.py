@@ -13,13 +13,13 @@ from koordqos.demo.workload import (
     BurnArgs,
     ProbeArgs,
     calibrate,
-    format_cpus,
     memory_walk,
     parse_args,
     parse_cpus,
     split_cpus,
     work_unit,
 )
+from koordqos.model.cpuset import format_cpuset
 from koordqos.testing.poll import wait_until_sync
 
 
@@ -30,9 +30,9 @@ def test_cpu_lists_parse_and_format_as_the_kernel_writes_them() -> None:
     for bad in ("", "a", "3-1", "1-", "-1", "1,,2"):
         with pytest.raises(ValueError, match="not a CPU list"):
             parse_cpus(bad)
-    assert format_cpus([3, 0, 1, 2, 7]) == "0-3,7"
-    assert format_cpus([5]) == "5"
-    assert parse_cpus(format_cpus([0, 2, 3, 4, 9])) == [0, 2, 3, 4, 9]
+    assert format_cpuset([3, 0, 1, 2, 7]) == "0-3,7"
+    assert format_cpuset([5]) == "5"
+    assert parse_cpus(format_cpuset([0, 2, 3, 4, 9])) == [0, 2, 3, 4, 9]
 
 
 def test_split_gives_ls_its_own_cpus_and_the_rest_to_be() -> None:

@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from koordqos.model.cpuset import format_cpuset
+
 REPORT_SECONDS = 0.1
 #: A probe more than this far behind its schedule restarts it (the slots it missed are counted as one).
 MAX_BACKLOG_SECONDS = 0.1
@@ -119,20 +121,6 @@ def parse_cpus(text: str) -> list[int]:
     return sorted(cpus)
 
 
-def format_cpus(cpus: Sequence[int]) -> str:
-    """The CPU list `parse_cpus` reads (`0,1,2` → `0-2`)."""
-    out: list[str] = []
-    ordered = sorted(set(cpus))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
 def split_cpus(cpus: Sequence[int], ls_count: int) -> tuple[list[int], list[int]]:
     """(LS CPUs, the others: BE's and the demo's own) from the CPUs this process may use; with one CPU, or
     `ls_count` 0, both get every CPU (no split)."""
@@ -157,7 +145,7 @@ class ProbeArgs:
         """The `koordqos.demo.workload` arguments."""
         out = ["probe", "--mode", self.mode, "--iterations", str(self.iterations)]
         out += ["--period-ms", f"{self.period_ms:g}", "--buffer-mib", str(self.buffer_mib)]
-        return out + (["--cpus", format_cpus(self.cpus)] if self.cpus else [])
+        return out + (["--cpus", format_cpuset(self.cpus)] if self.cpus else [])
 
 
 @dataclass(frozen=True)
@@ -171,7 +159,7 @@ class BurnArgs:
     def argv(self) -> list[str]:
         """The `koordqos.demo.workload` arguments."""
         out = ["burn", "--mode", self.mode, "--buffer-mib", str(self.buffer_mib)]
-        return out + (["--cpus", format_cpus(self.cpus)] if self.cpus else [])
+        return out + (["--cpus", format_cpuset(self.cpus)] if self.cpus else [])
 
 
 def _exit_when_stdin_closes() -> None:
