@@ -70,6 +70,7 @@ from tests.apiserver.kubeobjects import (
     eventually,
     nodemetric,
     nodeslo,
+    running_status,
 )
 
 CPUS = 8
@@ -231,24 +232,7 @@ def running_pod(
     pod = api.create(
         f"/api/v1/namespaces/{ns}/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
     )
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    ready = [{"type": t, "status": "True", "lastTransitionTime": now} for t in ("Ready", "ContainersReady")]
-    pod["status"] = {
-        **pod.get("status", {}),
-        "phase": "Running",
-        "conditions": ready,
-        "containerStatuses": [
-            {
-                "name": "main",
-                "image": "busybox",
-                "imageID": "",
-                "ready": True,
-                "restartCount": 0,
-                "containerID": f"containerd://{secrets.token_hex(32)}",
-                "state": {"running": {"startedAt": now}},
-            }
-        ],
-    }
+    pod["status"] = running_status(pod)
     return dict(api.put(f"/api/v1/namespaces/{ns}/pods/{name}/status", pod))
 
 

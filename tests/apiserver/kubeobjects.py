@@ -51,6 +51,30 @@ def create_node(api: Api, name: str, cpu: str = "4", memory: str = "16Gi") -> di
     return dict(api.put(f"/api/v1/nodes/{name}/status", node))
 
 
+def running_status(pod: dict[str, Any]) -> dict[str, Any]:
+    """The status a kubelet gives a started one-container pod: Running, Ready, its container running."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        **pod.get("status", {}),
+        "phase": "Running",
+        "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+        ],
+        "containerStatuses": [
+            {
+                "name": "main",
+                "image": "busybox",
+                "imageID": "",
+                "ready": True,
+                "restartCount": 0,
+                "containerID": f"containerd://{secrets.token_hex(32)}",
+                "state": {"running": {"startedAt": now}},
+            }
+        ],
+    }
+
+
 def create_running_pod(
     api: Api,
     namespace: str,
@@ -77,26 +101,7 @@ def create_running_pod(
         f"/api/v1/namespaces/{namespace}/pods",
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": lbl}, "spec": spec},
     )
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    pod["status"] = {
-        **pod.get("status", {}),
-        "phase": "Running",
-        "conditions": [
-            {"type": "Ready", "status": "True", "lastTransitionTime": now},
-            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
-        ],
-        "containerStatuses": [
-            {
-                "name": "main",
-                "image": "busybox",
-                "imageID": "",
-                "ready": True,
-                "restartCount": 0,
-                "containerID": f"containerd://{secrets.token_hex(32)}",
-                "state": {"running": {"startedAt": now}},
-            }
-        ],
-    }
+    pod["status"] = running_status(pod)
     return dict(api.put(f"/api/v1/namespaces/{namespace}/pods/{name}/status", pod))
 
 
