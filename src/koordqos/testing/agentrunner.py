@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, Any, Self
 
 import aiohttp
 
@@ -153,6 +153,18 @@ class _Agent:
         return self.ready_at - self.started_at
 
 
+def terminate(proc: subprocess.Popen[Any], timeout: float = STOP_TIMEOUT) -> int:
+    """SIGTERM to `proc` if it still runs, up to `timeout` s to exit, then SIGKILL; its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 class AgentPopen(_Agent):
     """The agent as a `subprocess.Popen` (for tests without an event loop, or that block while it runs)."""
 
@@ -219,16 +231,9 @@ class AgentPopen(_Agent):
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> int:
         """SIGTERM, up to `timeout` s to exit, then SIGKILL; its exit code (negative: the signal)."""
-        proc = self.proc
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        code = terminate(self.proc, timeout)
         self._close_log()
-        return proc.returncode
+        return code
 
     def __enter__(self) -> Self:
         return self.start()

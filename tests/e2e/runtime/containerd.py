@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from koordqos.testing.agentrunner import terminate
 from koordqos.testing.poll import wait_until_sync
 
 from .cgview import CgroupTree
@@ -188,15 +189,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         proc = self.proc
         if proc is None:
             return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
         self.proc = None
-        return proc.returncode
+        return terminate(proc, timeout)
 
     def kill_shims(self) -> list[int]:
         """SIGKILL every process started for this containerd (shims, runc) still alive; their pids."""
